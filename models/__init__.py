@@ -1,0 +1,17 @@
+"""The refactored Attention Model: cached encoder, parallel decoding, state wrapper, checkpoints."""
+
+from models.agent import Agent
+from models.attention_model import AttentionModel, Cache
+from models.checkpoints import CheckpointError, load_agent, read_checkpoint, save_checkpoint
+from models.state import StateWrapper
+
+__all__ = [
+    "Agent",
+    "AttentionModel",
+    "Cache",
+    "CheckpointError",
+    "StateWrapper",
+    "load_agent",
+    "read_checkpoint",
+    "save_checkpoint",
+]

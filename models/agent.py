@@ -1,0 +1,37 @@
+"""The CleanRL-style agent: the Attention Model with actor (logits) and critic (value) heads."""
+
+from __future__ import annotations
+
+import torch
+from torch.distributions import Categorical
+
+from models.attention_model import AttentionModel, Cache
+
+
+class Agent(AttentionModel):
+    """``get_action_and_value`` and ``get_value`` as in CleanRL, over N trajectories per instance.
+
+    ``state`` is the dict of tensors made by ``models.state.StateWrapper``: the static arrays
+    [B, ...] and the dynamic ones [B, N, ...]. Pass ``cache=agent.encode(state)`` to decode from a
+    cached encoding (the encoder then runs once per rollout); without it the encoder runs on every
+    call.
+    """
+
+    def get_value(self, state: dict, cache: Cache | None = None) -> torch.Tensor:
+        """Values [B, N]."""
+        return self(self.encode(state) if cache is None else cache, state)[1]
+
+    def get_action_and_value(
+        self,
+        state: dict,
+        action: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        greedy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns action [B, N] (sampled, or the argmax if ``greedy``, unless given), its
+        log-probability [B, N], the policy entropy [B, N] and the value [B, N]."""
+        logits, value = self(self.encode(state) if cache is None else cache, state)
+        dist = Categorical(logits=logits)
+        if action is None:
+            action = logits.argmax(-1) if greedy else dist.sample()
+        return action, dist.log_prob(action), dist.entropy(), value

@@ -1,0 +1,186 @@
+"""The Attention Model (Kool et al., 2019) as RLOR refactors it: encoder, cached decoder, heads.
+
+Shapes: B instances, A nodes (= actions: n for TSP, n + 1 with the depot first for CVRP), N
+queries per instance (trajectories, or trajectories x stored steps in the PPO update), d the
+embedding size, H heads of size d / H.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.problems import PROBLEM_MODULES
+
+
+class Cache(NamedTuple):
+    """What the encoder computes once per instance and every decode step reuses.
+
+    node_embeddings [B, A, d]; graph_context [B, 1, d] (projected mean node embedding);
+    glimpse_key, glimpse_value [B, H, A, d/H]; logit_key [B, A, d]; node_context [B, A, S, d] (each
+    node's embedding projected by the S node slots of the step context).
+    """
+
+    node_embeddings: torch.Tensor
+    graph_context: torch.Tensor
+    glimpse_key: torch.Tensor
+    glimpse_value: torch.Tensor
+    logit_key: torch.Tensor
+    node_context: torch.Tensor
+
+
+class MultiHeadAttention(nn.Module):
+    """Self-attention over the nodes of each instance: [B, A, d] -> [B, A, d]."""
+
+    def __init__(self, embed_dim: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.query = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.key = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.value = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.out = nn.Linear(embed_dim, embed_dim, bias=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        q, k, v = (split_heads(proj(h), self.num_heads) for proj in (self.query, self.key, self.value))
+        return self.out(merge_heads(F.scaled_dot_product_attention(q, k, v)))
+
+
+class EncoderLayer(nn.Module):
+    """h = BN(h + MHA(h)); h = BN(h + FF(h)), batch norm over all nodes of all instances."""
+
+    def __init__(self, embed_dim: int, num_heads: int, ff_hidden: int):
+        super().__init__()
+        self.attention = MultiHeadAttention(embed_dim, num_heads)
+        self.norm1 = nn.BatchNorm1d(embed_dim)
+        self.feed_forward = nn.Sequential(nn.Linear(embed_dim, ff_hidden), nn.ReLU(), nn.Linear(ff_hidden, embed_dim))
+        self.norm2 = nn.BatchNorm1d(embed_dim)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        h = batch_norm(self.norm1, h + self.attention(h))
+        return batch_norm(self.norm2, h + self.feed_forward(h))
+
+
+class Decoder(nn.Module):
+    """One decode step for N queries per instance against the cached encoding.
+
+    query = graph context + projected step context; one masked multi-head glimpse; logits
+    C * tanh(glimpse . logit_key / sqrt(d)), infeasible actions -inf.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, context_dim: int, tanh_clipping: float):
+        super().__init__()
+        self.num_heads = num_heads
+        self.tanh_clipping = tanh_clipping
+        self.project_node = nn.Linear(embed_dim, 3 * embed_dim, bias=False)
+        self.project_graph = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.project_context = nn.Linear(context_dim, embed_dim, bias=False)
+        self.glimpse_out = nn.Linear(embed_dim, embed_dim, bias=False)
+
+    def precompute(self, h: torch.Tensor, node_slots: int) -> Cache:
+        """Builds the cache from node embeddings h [B, A, d]."""
+        d = h.shape[-1]
+        glimpse_key, glimpse_value, logit_key = self.project_node(h).chunk(3, dim=-1)
+        slot_weights = self.project_context.weight[:, : node_slots * d].reshape(d, node_slots, d)
+        return Cache(
+            node_embeddings=h,
+            graph_context=self.project_graph(h.mean(1, keepdim=True)),
+            glimpse_key=split_heads(glimpse_key, self.num_heads),
+            glimpse_value=split_heads(glimpse_value, self.num_heads),
+            logit_key=logit_key,
+            node_context=torch.einsum("bad,esd->base", h, slot_weights),
+        )
+
+    def forward(
+        self, cache: Cache, query: torch.Tensor, mask: torch.Tensor, dynamic: tuple | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """query [B, N, d], mask [B, N, A] (True = allowed) -> logits [B, N, A], glimpse [B, N, d].
+
+        ``dynamic``: optional additive (glimpse key, glimpse value, logit key), each [B, N, A, d],
+        from the embedding's dynamic hook; then every query attends to keys of its own.
+        """
+        q = split_heads(query, self.num_heads)
+        if dynamic is None:
+            heads = F.scaled_dot_product_attention(q, cache.glimpse_key, cache.glimpse_value, attn_mask=mask[:, None])
+            glimpse = self.glimpse_out(merge_heads(heads))
+            scores = glimpse @ cache.logit_key.transpose(1, 2)
+        else:
+            key, value = (
+                base[:, :, None] + split_query_heads(extra, self.num_heads)
+                for base, extra in ((cache.glimpse_key, dynamic[0]), (cache.glimpse_value, dynamic[1]))
+            )
+            heads = F.scaled_dot_product_attention(q[..., None, :], key, value, attn_mask=mask[:, None, :, None])
+            glimpse = self.glimpse_out(merge_heads(heads.squeeze(-2)))
+            logit_key = cache.logit_key[:, None] + dynamic[2]
+            scores = (glimpse[:, :, None] @ logit_key.transpose(-1, -2)).squeeze(-2)
+        scores = scores / math.sqrt(glimpse.shape[-1])
+        logits = self.tanh_clipping * torch.tanh(scores)
+        return logits.masked_fill(~mask, float("-inf")), glimpse
+
+
+class AttentionModel(nn.Module):
+    """Encoder, decoder and critic for one problem ("tsp" or "cvrp").
+
+    ``encode(static)`` runs the encoder once per instance and returns a ``Cache``;
+    ``forward(cache, state)`` decodes one step for every query: logits [B, N, A], values [B, N].
+    Gradients reach the encoder through the cache.
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        embed_dim: int = 128,
+        num_heads: int = 8,
+        num_layers: int = 3,
+        ff_hidden: int = 512,
+        tanh_clipping: float = 10.0,
+    ):
+        super().__init__()
+        if problem not in PROBLEM_MODULES:
+            raise ValueError(f"problem must be one of {sorted(PROBLEM_MODULES)}, got {problem!r}")
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
+        self.problem = problem
+        embedding_cls, context_cls = PROBLEM_MODULES[problem]
+        self.embedding = embedding_cls(embed_dim)
+        self.encoder = nn.Sequential(*(EncoderLayer(embed_dim, num_heads, ff_hidden) for _ in range(num_layers)))
+        self.context = context_cls(embed_dim)
+        self.decoder = Decoder(embed_dim, num_heads, self.context.context_dim, tanh_clipping)
+        self.critic = nn.Sequential(nn.Linear(embed_dim, embed_dim), nn.ReLU(), nn.Linear(embed_dim, 1))
+
+    def encode(self, static: dict) -> Cache:
+        """static: the problem's static tensors with instance axis B (see ``models.state``)."""
+        h = self.encoder(self.embedding(static))
+        return self.decoder.precompute(h, self.context.node_slots)
+
+    def forward(self, cache: Cache, state: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """state: dynamic tensors [B, N, ...] -> logits [B, N, A], values [B, N]."""
+        query = cache.graph_context + self.context(cache, state, self.decoder.project_context.weight)
+        logits, glimpse = self.decoder(cache, query, state["action_mask"], self.embedding.dynamic(state))
+        return logits, self.critic(glimpse).squeeze(-1)
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """[B, L, d] -> [B, H, L, d/H] (head j holds dims j*d/H .. (j+1)*d/H - 1)."""
+    b, length, d = x.shape
+    return x.view(b, length, num_heads, d // num_heads).transpose(1, 2)
+
+
+def split_query_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """[B, N, A, d] -> [B, H, N, A, d/H]."""
+    b, n, a, d = x.shape
+    return x.view(b, n, a, num_heads, d // num_heads).permute(0, 3, 1, 2, 4)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """[B, H, L, d/H] -> [B, L, d]."""
+    b, heads, length, dk = x.shape
+    return x.transpose(1, 2).reshape(b, length, heads * dk)
+
+
+def batch_norm(norm: nn.BatchNorm1d, h: torch.Tensor) -> torch.Tensor:
+    """Batch norm over all nodes of all instances of h [B, A, d]."""
+    return norm(h.reshape(-1, h.shape[-1])).view_as(h)

@@ -1,0 +1,124 @@
+"""Loading and saving agents: our checkpoints and the RLOR authors' published state dicts.
+
+Our checkpoint is a dict written by ``ppo_or.py`` (see ``save_checkpoint``) holding ``format``,
+``problem``, ``num_nodes``, ``model_config``, ``model`` (the agent's state dict) and the training
+state. An RLOR checkpoint is the plain ``Agent.state_dict()`` of the original code; its keys are
+mapped onto ours by ``convert_rlor_state_dict``. Everything is read with ``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import torch
+
+from models.agent import Agent
+
+FORMAT = "ppo-or/1"
+
+RLOR_KEY_MAP = [
+    (r"backbone\.embedding\.init_embed\.", "embedding.node."),
+    (r"backbone\.embedding\.init_embed_depot\.", "embedding.depot."),
+    (r"backbone\.encoder\.layers\.(\d+)\.0\.module\.queryEncoder\.", r"encoder.\1.attention.query."),
+    (r"backbone\.encoder\.layers\.(\d+)\.0\.module\.keyEncoder\.", r"encoder.\1.attention.key."),
+    (r"backbone\.encoder\.layers\.(\d+)\.0\.module\.valueEncoder\.", r"encoder.\1.attention.value."),
+    (r"backbone\.encoder\.layers\.(\d+)\.0\.module\.MHA\.project_out\.", r"encoder.\1.attention.out."),
+    (r"backbone\.encoder\.layers\.(\d+)\.1\.normalizer\.", r"encoder.\1.norm1."),
+    (r"backbone\.encoder\.layers\.(\d+)\.2\.module\.", r"encoder.\1.feed_forward."),
+    (r"backbone\.encoder\.layers\.(\d+)\.3\.normalizer\.", r"encoder.\1.norm2."),
+    (r"backbone\.decoder\.project_node_embeddings\.", "decoder.project_node."),
+    (r"backbone\.decoder\.project_fixed_context\.", "decoder.project_graph."),
+    (r"backbone\.decoder\.project_step_context\.", "decoder.project_context."),
+    (r"backbone\.decoder\.glimpse\.project_out\.", "decoder.glimpse_out."),
+    (r"backbone\.decoder\.context\.W_placeholder$", "context.placeholder"),
+    (r"critic\.mlp\.", "critic."),
+]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, unreadable, or does not fit what was asked."""
+
+
+def is_rlor_state_dict(obj) -> bool:
+    return isinstance(obj, dict) and "backbone.embedding.init_embed.weight" in obj
+
+
+def rlor_problem(state_dict: dict) -> str:
+    """ "cvrp" if the RLOR state dict has a depot embedding, else "tsp"."""
+    return "cvrp" if "backbone.embedding.init_embed_depot.weight" in state_dict else "tsp"
+
+
+def convert_rlor_state_dict(state_dict: dict) -> dict:
+    """Maps the original RLOR agent's keys onto ours; raises on a key it does not know."""
+    converted = {}
+    for key, value in state_dict.items():
+        for pattern, replacement in RLOR_KEY_MAP:
+            new_key, count = re.subn(pattern, replacement, key)
+            if count:
+                converted[new_key] = value
+                break
+        else:
+            raise CheckpointError(f"unknown key {key!r} in the RLOR checkpoint; is it an RLOR Attention Model agent?")
+    return converted
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict:
+    """Reads a checkpoint of either kind into our format (``model`` holds our keys)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many kinds for corrupt or foreign files
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})") from exc
+    if is_rlor_state_dict(obj):
+        problem = rlor_problem(obj)
+        return {
+            "format": "rlor",
+            "problem": problem,
+            "num_nodes": 50,
+            "model_config": {},
+            "model": convert_rlor_state_dict(obj),
+        }
+    if isinstance(obj, dict) and obj.get("format") == FORMAT:
+        return obj
+    raise CheckpointError(f"{path} is neither a ppo-or checkpoint nor an RLOR agent state dict")
+
+
+def load_agent(
+    path: str | os.PathLike, problem: str | None = None, device: str | torch.device = "cpu"
+) -> tuple[Agent, dict]:
+    """Builds the agent of a checkpoint and loads its weights; returns (agent in eval mode, checkpoint).
+
+    ``problem``, when given, must match the checkpoint's problem.
+    """
+    ckpt = read_checkpoint(path)
+    if problem is not None and ckpt["problem"] != problem:
+        raise CheckpointError(
+            f"checkpoint {path} is a {ckpt['problem'].upper()} model, but a {problem.upper()} model was asked for"
+        )
+    agent = Agent(ckpt["problem"], **ckpt["model_config"])
+    try:
+        agent.load_state_dict(ckpt["model"])
+    except RuntimeError as exc:
+        raise CheckpointError(f"checkpoint {path} does not fit the {ckpt['problem']} model: {exc}") from exc
+    return agent.to(device).eval(), ckpt
+
+
+def save_checkpoint(payload: dict, path: str | os.PathLike) -> None:
+    """Writes atomically: a temporary file in the same folder, then a rename over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({"format": FORMAT, **payload}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,16 @@
+"""Search: decoding strategies that turn a trained policy into solutions (greedy, multi-greedy,
+sampling, x8 augmentation), shared by eval.py and ppo_or.py's periodic evaluation."""
+
+from search.decoding import DECODES, DecodeResult, augment, decode, rollout
+from search.solutions import InvalidTourError, tour_length, validate_tour
+
+__all__ = [
+    "DECODES",
+    "DecodeResult",
+    "InvalidTourError",
+    "augment",
+    "decode",
+    "rollout",
+    "tour_length",
+    "validate_tour",
+]

@@ -1,0 +1,181 @@
+"""Decoding strategies over the bi-level env, with the cached encoder and parallel trajectories.
+
+- greedy: one trajectory per instance, the most probable action at every step (the first node
+  included).
+- multi-greedy (POMO-style): K greedy trajectories per instance, trajectory i forced to start at
+  the i-th most probable first node; K = every start node by default (TSP: all nodes, CVRP: all
+  customers), which is "trajectory i starts at node i" up to order.
+- sampling: K trajectories sampled from the policy.
+Each can run on the 8 symmetries of the unit square (``augment=8``). The best trajectory of an
+instance is kept. Every rollout runs until every trajectory has finished.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from envs import VECTOR_ENVS
+from models.agent import Agent
+from models.state import StateWrapper
+from search.solutions import InvalidTourError, tour_length, validate_tour
+
+DECODES = ("greedy", "multi-greedy", "sampling")
+SYMMETRIES = 8
+
+
+@dataclass
+class DecodeResult:
+    """Best solution per instance: ``lengths`` [B] (unit-square Euclidean), ``tours`` (B arrays of
+    actions: TSP the n nodes in visiting order, CVRP the actions after the depot start, ending at the
+    depot) and ``seconds`` spent decoding."""
+
+    lengths: np.ndarray
+    tours: list
+    seconds: float
+
+
+def augment(instances: dict, copies: int) -> dict:
+    """The first ``copies`` (1..8) symmetries of the unit square applied to every instance: arrays
+    [copies * B, ...], symmetry-major (copy k of instance b at index k * B + b)."""
+    if not 1 <= copies <= SYMMETRIES:
+        raise ValueError(f"augment must be between 1 and {SYMMETRIES}, got {copies}")
+
+    def transforms(xy: np.ndarray) -> list:
+        x, y = xy[..., :1], xy[..., 1:]
+        variants = [(x, y), (y, x), (1 - x, y), (1 - y, x), (x, 1 - y), (y, 1 - x), (1 - x, 1 - y), (1 - y, 1 - x)]
+        return [np.concatenate(v, axis=-1) for v in variants[:copies]]
+
+    out = {key: np.concatenate(transforms(instances[key])) for key in ("coords", "depot") if key in instances}
+    if "demand" in instances:
+        out["demand"] = np.tile(instances["demand"], (copies, 1))
+    return out
+
+
+@torch.no_grad()
+def rollout(
+    agent: Agent,
+    instances: dict,
+    n_traj: int,
+    greedy: bool = True,
+    num_starts: int | None = None,
+    reencode: bool = False,
+    generator: torch.Generator | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Runs M instances x ``n_traj`` trajectories until all have terminated.
+
+    ``num_starts`` = ``n_traj`` forces trajectory i's first action to the i-th most probable first
+    node; ``reencode`` re-runs the encoder at every step (the uncached baseline). Returns actions
+    [M, N, T], lengths [M, N] (minus the summed rewards) and the number of steps of each trajectory
+    [M, N].
+    """
+    problem = agent.problem
+    device = next(agent.parameters()).device
+    num_envs, num_nodes = instances["coords"].shape[:2]
+    env = VECTOR_ENVS[problem](num_envs=num_envs, num_nodes=num_nodes, n_traj=n_traj)
+    obs, _ = env.reset(options=instances)
+    wrapper = StateWrapper(problem, device)
+    static = wrapper.static(obs)
+    cache = None if reencode else agent.encode(static)
+    actions, lengths = [], np.zeros((num_envs, n_traj))
+    steps = np.zeros((num_envs, n_traj), dtype=np.int64)
+    while not env.terminated.all():
+        if len(actions) >= env.max_episode_steps:
+            raise RuntimeError(f"{problem} rollout did not finish within {env.max_episode_steps} steps")
+        logits, _ = agent(agent.encode(static) if reencode else cache, wrapper.state(static, obs))
+        if num_starts is not None and not actions:
+            action = logits[:, 0].topk(num_starts, dim=-1).indices
+        elif greedy:
+            action = logits.argmax(-1)
+        else:
+            probs = torch.softmax(logits, -1).view(-1, logits.shape[-1])
+            action = torch.multinomial(probs, 1, generator=generator).view(logits.shape[:2])
+        steps += ~env.terminated
+        obs, reward, _, _, _ = env.step(action.cpu().numpy())
+        lengths -= reward
+        actions.append(env.last_node)
+    return np.stack(actions, axis=-1), lengths, steps
+
+
+def decode(
+    agent: Agent,
+    instances: dict,
+    decode: str = "greedy",
+    num_starts: int | None = None,
+    num_samples: int = 16,
+    augment_copies: int = 1,
+    batch_size: int = 1000,
+    seed: int = 0,
+    reencode: bool = False,
+    progress=None,
+) -> DecodeResult:
+    """Decodes every instance (static arrays [B, ...], unit square) and keeps its best solution.
+
+    ``num_starts`` (multi-greedy; default: every start node) and ``num_samples`` (sampling) set the
+    trajectories per instance; ``augment_copies`` the symmetries (1 or up to 8). Each best tour is
+    validated and its length recomputed independently of the environment. ``progress`` is called
+    with the number of instances done after each batch.
+    """
+    problem = agent.problem
+    num_instances, num_nodes = instances["coords"].shape[:2]
+    starts = num_nodes  # distinct first nodes: every TSP node, every CVRP customer
+    if decode not in DECODES:
+        raise ValueError(f"decode must be one of {DECODES}, got {decode!r}")
+    if decode == "multi-greedy":
+        num_starts = starts if num_starts is None else num_starts
+        if not 1 <= num_starts <= starts:
+            raise ValueError(
+                f"num_starts must be between 1 and {starts} (the start nodes of a {problem} instance), got {num_starts}"
+            )
+    if decode == "sampling" and num_samples < 1:
+        raise ValueError(f"num_samples must be at least 1, got {num_samples}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    n_traj = {"greedy": 1, "multi-greedy": num_starts, "sampling": num_samples}[decode]
+    generator = torch.Generator(device=next(agent.parameters()).device).manual_seed(seed)
+    lengths, tours = np.empty(num_instances), []
+    start = time.perf_counter()
+    for lo in range(0, num_instances, batch_size):
+        batch = {key: value[lo : lo + batch_size] for key, value in instances.items()}
+        size = batch["coords"].shape[0]
+        actions, traj_lengths, steps = rollout(
+            agent,
+            augment(batch, augment_copies),
+            n_traj,
+            greedy=decode != "sampling",
+            num_starts=num_starts if decode == "multi-greedy" else None,
+            reencode=reencode,
+            generator=generator,
+        )
+        per_instance = traj_lengths.reshape(augment_copies, size, n_traj).transpose(1, 0, 2).reshape(size, -1)
+        best = per_instance.argmin(1)
+        copy, traj = np.divmod(best, n_traj)
+        rows = copy * size + np.arange(size)
+        for b in range(size):
+            row, j = rows[b], traj[b]
+            tour = actions[row, j, : steps[row, j]]
+            tours.append(tour[:num_nodes] if problem == "tsp" else tour)
+        lengths[lo : lo + size] = per_instance[np.arange(size), best]
+        if progress is not None:
+            progress(size)
+    seconds = time.perf_counter() - start
+    check_solutions(problem, instances, tours, lengths)
+    return DecodeResult(lengths=lengths, tours=tours, seconds=seconds)
+
+
+def check_solutions(problem: str, instances: dict, tours: list, lengths: np.ndarray) -> None:
+    """Validates every tour and checks its independently computed length against ``lengths``."""
+    num_nodes = instances["coords"].shape[1]
+    for b, tour in enumerate(tours):
+        if problem == "tsp":
+            validate_tour(problem, tour, num_nodes)
+            length = tour_length(instances["coords"][b], tour, closed=True)
+        else:
+            validate_tour(problem, tour, num_nodes, instances["demand"][b])
+            points = np.concatenate([instances["depot"][b][None], instances["coords"][b]])
+            length = tour_length(points, np.concatenate([[0], tour]), closed=False)
+        if abs(length - lengths[b]) > 1e-6 * max(1.0, length):
+            raise InvalidTourError(f"instance {b}: decoded length {lengths[b]} differs from the tour's length {length}")

@@ -1,0 +1,184 @@
+import numpy as np
+import pytest
+import torch
+from checks import SHARED, random_allowed_actions
+
+from envs import VECTOR_ENVS, kool_dataset
+from models import Agent, CheckpointError, StateWrapper, load_agent, save_checkpoint
+from search import decode
+
+RLOR = SHARED / "checkpoints" / "rlor"
+needs_rlor = pytest.mark.skipif(
+    not RLOR.exists(), reason=f"{RLOR} is absent (the shared folder is not beside this clone)"
+)
+
+
+def episode_states(problem, m=3, n=8, traj=4, seed=0):
+    """(static tensors, list of state dicts) along one episode of random allowed actions."""
+    env = VECTOR_ENVS[problem](num_envs=m, num_nodes=n, n_traj=traj)
+    obs, _ = env.reset(seed=seed)
+    wrapper = StateWrapper(problem)
+    static = wrapper.static(obs)
+    rng = np.random.default_rng(seed)
+    states = []
+    while not env.terminated.all():
+        states.append(wrapper.state(static, obs))
+        obs, *_ = env.step(random_allowed_actions(obs["action_mask"], rng))
+    states.append(wrapper.state(static, obs))
+    return static, states
+
+
+def make_agent(problem, seed=0):
+    torch.manual_seed(seed)
+    return Agent(problem).eval()
+
+
+@pytest.mark.parametrize("problem", ["tsp", "cvrp"])
+def test_masked_actions_have_probability_zero(problem):
+    agent = make_agent(problem)
+    for seed in range(3):
+        static, states = episode_states(problem, seed=seed)
+        cache = agent.encode(static)
+        for state in states:
+            _, logprob, entropy, _ = agent.get_action_and_value(state, cache=cache)
+            probs = torch.softmax(agent(cache, state)[0], -1)
+            mask = state["action_mask"]
+            assert (probs[~mask] == 0).all()
+            assert (probs[mask] > 0).all()
+            torch.testing.assert_close(probs.sum(-1), torch.ones(mask.shape[:2]))
+            assert torch.isfinite(logprob).all() and torch.isfinite(entropy).all()
+
+
+@pytest.mark.parametrize("problem", ["tsp", "cvrp"])
+@pytest.mark.parametrize("train", [False, True])
+def test_cached_decoding_equals_reencoding(problem, train):
+    agent = make_agent(problem).train(train)
+    static, states = episode_states(problem)
+    cache = agent.encode(static)
+    for state in states:
+        cached = agent(cache, state)
+        fresh = agent(agent.encode(state), state)
+        for a, b in zip(cached, fresh, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("problem", ["tsp", "cvrp"])
+def test_parallel_decoding_equals_separate_decodes(problem):
+    agent = make_agent(problem)
+    static, states = episode_states(problem, traj=5)
+    cache = agent.encode(static)
+    for state in states[:: max(1, len(states) // 4)]:
+        logits, values = agent(cache, state)
+        for j in range(5):
+            single = {k: v[:, j : j + 1] if v.dim() >= 2 and k not in static else v for k, v in state.items()}
+            one_logits, one_values = agent(cache, single)
+            torch.testing.assert_close(one_logits, logits[:, j : j + 1], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(one_values, values[:, j : j + 1], rtol=1e-5, atol=1e-5)
+
+
+def test_permuting_tsp_nodes_permutes_logits():
+    agent = make_agent("tsp")
+    static, states = episode_states("tsp", n=9)
+    perm = torch.randperm(9, generator=torch.Generator().manual_seed(1))
+    inverse = torch.argsort(perm)
+    permuted_static = {"coords": static["coords"][:, perm]}
+    cache, permuted_cache = agent.encode(static), agent.encode(permuted_static)
+    for state in states:
+        permuted = {
+            **permuted_static,
+            "action_mask": state["action_mask"][..., perm],
+            "first_node": inverse[state["first_node"]],
+            "last_node": inverse[state["last_node"]],
+            "is_initial_action": state["is_initial_action"],
+        }
+        logits, values = agent(cache, state)
+        permuted_logits, permuted_values = agent(permuted_cache, permuted)
+        torch.testing.assert_close(permuted_logits, logits[..., perm], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(permuted_values, values, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("problem", ["tsp", "cvrp"])
+def test_instances_in_a_batch_do_not_influence_each_other(problem):
+    agent = make_agent(problem)
+    static, states = episode_states(problem, m=4)
+    cache = agent.encode(static)
+    alone_static = {k: v[2:3] for k, v in static.items()}
+    alone_cache = agent.encode(alone_static)
+    for state in states:
+        logits, values = agent(cache, state)
+        alone = agent(alone_cache, {k: v[2:3] for k, v in state.items()})
+        torch.testing.assert_close(alone[0], logits[2:3], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(alone[1], values[2:3], rtol=1e-5, atol=1e-5)
+
+
+def test_gradients_reach_the_encoder_through_the_cache():
+    agent = make_agent("tsp").train()
+    static, states = episode_states("tsp")
+    cache = agent.encode(static)
+    loss = sum(agent.get_action_and_value(s, cache=cache)[1].sum() for s in states[1:3])
+    loss.backward()
+    assert agent.encoder[0].attention.query.weight.grad.abs().sum() > 0
+    assert agent.embedding.node.weight.grad.abs().sum() > 0
+
+
+def test_dynamic_embedding_hook_is_used_by_the_decoder():
+    agent = make_agent("cvrp")
+    static, states = episode_states("cvrp")
+    cache, state = agent.encode(static), states[3]
+    base = agent(cache, state)
+    shape = (*state["action_mask"].shape, 128)
+    agent.embedding.dynamic = lambda s: tuple(torch.zeros(shape) for _ in range(3))
+    for a, b in zip(agent(cache, state), base, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    agent.embedding.dynamic = lambda s: tuple(torch.randn(shape) for _ in range(3))
+    changed = agent(cache, state)[0]
+    assert not torch.allclose(changed, base[0])
+    assert (changed[~state["action_mask"]] == float("-inf")).all()
+
+
+def test_state_wrapper_types():
+    static, states = episode_states("cvrp")
+    assert static["coords"].dtype == torch.float32 and set(static) == {"depot", "coords", "demand"}
+    state = states[1]
+    assert state["action_mask"].dtype == torch.bool
+    assert state["last_node"].dtype == torch.int64
+    assert state["current_load"].dtype == torch.float32
+
+
+@needs_rlor
+@pytest.mark.parametrize(("problem", "greedy", "multi_greedy"), [("tsp", 5.7956, 5.7089), ("cvrp", 11.3571, 10.9236)])
+def test_rlor_checkpoints_reproduce_published_figures(problem, greedy, multi_greedy):
+    """The original code's figures on the first 1,000 seed-1234 test instances (see spec.md)."""
+    torch.set_num_threads(1)
+    agent, ckpt = load_agent(RLOR / f"{problem}50-v0-12000.pt", problem=problem)
+    assert ckpt["format"] == "rlor"
+    data = kool_dataset(problem, 50, "test", 1000)
+    assert decode(agent, data, "greedy").lengths.mean() == pytest.approx(greedy, abs=1e-3)
+    assert decode(agent, data, "multi-greedy", batch_size=250).lengths.mean() == pytest.approx(multi_greedy, abs=1e-3)
+
+
+@needs_rlor
+def test_wrong_problem_and_bad_checkpoints_are_rejected(tmp_path):
+    with pytest.raises(CheckpointError, match="is a CVRP model, but a TSP model was asked for"):
+        load_agent(RLOR / "cvrp50-v0-12000.pt", problem="tsp")
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_agent(tmp_path / "nothing.pt")
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        load_agent(corrupt)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(3)}, foreign)
+    with pytest.raises(CheckpointError, match="neither"):
+        load_agent(foreign)
+
+
+def test_saved_checkpoint_round_trips(tmp_path):
+    agent = make_agent("tsp", seed=3)
+    path = tmp_path / "ckpt" / "agent.pt"
+    save_checkpoint({"problem": "tsp", "num_nodes": 10, "model_config": {}, "model": agent.state_dict()}, path)
+    assert [p.name for p in path.parent.iterdir()] == ["agent.pt"]
+    loaded, ckpt = load_agent(path, problem="tsp")
+    assert ckpt["num_nodes"] == 10
+    for a, b in zip(agent.state_dict().values(), loaded.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b)
