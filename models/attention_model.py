@@ -21,8 +21,10 @@ class Cache(NamedTuple):
     """What the encoder computes once per instance and every decode step reuses.
 
     node_embeddings [B, A, d]; graph_context [B, 1, d] (projected mean node embedding);
-    glimpse_key, glimpse_value [B, H, A, d/H]; logit_key [B, A, d]; node_context [B, A, S, d] (each
-    node's embedding projected by the S node slots of the step context).
+    glimpse_key, glimpse_value [B, H, A, d/H]; logit_key [B, A, d] (already multiplied by the
+    glimpse's output projection, so logits need no projection per query); node_context [B, A', S, d]
+    (each node's embedding projected by the S node slots of the step context; A' >= A when the context
+    adds virtual rows, such as TSP's placeholder).
     """
 
     node_embeddings: torch.Tensor
@@ -67,8 +69,9 @@ class EncoderLayer(nn.Module):
 class Decoder(nn.Module):
     """One decode step for N queries per instance against the cached encoding.
 
-    query = graph context + projected step context; one masked multi-head glimpse; logits
-    C * tanh(glimpse . logit_key / sqrt(d)), infeasible actions -inf.
+    query = graph context + projected step context; one masked multi-head glimpse
+    g = glimpse_out(heads); logits C * tanh(g . logit_key / sqrt(d)), infeasible actions -inf.
+    Since g . k = heads . (k W_out), the cache holds k W_out and no query is ever projected by W_out.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, context_dim: int, tanh_clipping: float):
@@ -80,45 +83,46 @@ class Decoder(nn.Module):
         self.project_context = nn.Linear(context_dim, embed_dim, bias=False)
         self.glimpse_out = nn.Linear(embed_dim, embed_dim, bias=False)
 
-    def precompute(self, h: torch.Tensor, node_slots: int) -> Cache:
-        """Builds the cache from node embeddings h [B, A, d]."""
-        d = h.shape[-1]
+    def precompute(self, h: torch.Tensor, node_context: torch.Tensor) -> Cache:
+        """Builds the cache from node embeddings h [B, A, d] and the context's node rows."""
         glimpse_key, glimpse_value, logit_key = self.project_node(h).chunk(3, dim=-1)
-        slot_weights = self.project_context.weight[:, : node_slots * d].reshape(d, node_slots, d)
         return Cache(
             node_embeddings=h,
             graph_context=self.project_graph(h.mean(1, keepdim=True)),
             glimpse_key=split_heads(glimpse_key, self.num_heads),
             glimpse_value=split_heads(glimpse_value, self.num_heads),
-            logit_key=logit_key,
-            node_context=torch.einsum("bad,esd->base", h, slot_weights),
+            logit_key=logit_key @ self.glimpse_out.weight,
+            node_context=node_context,
         )
 
     def forward(
         self, cache: Cache, query: torch.Tensor, mask: torch.Tensor, dynamic: tuple | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """query [B, N, d], mask [B, N, A] (True = allowed) -> logits [B, N, A], glimpse [B, N, d].
+        """query [B, N, d], mask [B, N, A] (True = allowed) -> logits [B, N, A], heads [B, N, d]
+        (the glimpse before its output projection: g = glimpse_out(heads)).
 
         ``dynamic``: optional additive (glimpse key, glimpse value, logit key), each [B, N, A, d],
         from the embedding's dynamic hook; then every query attends to keys of its own.
         """
         q = split_heads(query, self.num_heads)
+        # one additive mask (0 allowed, -inf masked) serves the glimpse and the logits
+        bias = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill_(~mask, float("-inf"))
         if dynamic is None:
-            heads = F.scaled_dot_product_attention(q, cache.glimpse_key, cache.glimpse_value, attn_mask=mask[:, None])
-            glimpse = self.glimpse_out(merge_heads(heads))
-            scores = glimpse @ cache.logit_key.transpose(1, 2)
+            heads = merge_heads(
+                F.scaled_dot_product_attention(q, cache.glimpse_key, cache.glimpse_value, attn_mask=bias[:, None])
+            )
+            scores = heads @ cache.logit_key.transpose(1, 2)
         else:
             key, value = (
                 base[:, :, None] + split_query_heads(extra, self.num_heads)
                 for base, extra in ((cache.glimpse_key, dynamic[0]), (cache.glimpse_value, dynamic[1]))
             )
-            heads = F.scaled_dot_product_attention(q[..., None, :], key, value, attn_mask=mask[:, None, :, None])
-            glimpse = self.glimpse_out(merge_heads(heads.squeeze(-2)))
-            logit_key = cache.logit_key[:, None] + dynamic[2]
-            scores = (glimpse[:, :, None] @ logit_key.transpose(-1, -2)).squeeze(-2)
-        scores = scores / math.sqrt(glimpse.shape[-1])
-        logits = self.tanh_clipping * torch.tanh(scores)
-        return logits.masked_fill(~mask, float("-inf")), glimpse
+            heads = F.scaled_dot_product_attention(q[..., None, :], key, value, attn_mask=bias[:, None, :, None])
+            heads = merge_heads(heads.squeeze(-2))
+            logit_key = cache.logit_key[:, None] + dynamic[2] @ self.glimpse_out.weight
+            scores = (heads[:, :, None] @ logit_key.transpose(-1, -2)).squeeze(-2)
+        logits = self.tanh_clipping * torch.tanh(scores / math.sqrt(heads.shape[-1]))
+        return logits + bias, heads
 
 
 class AttentionModel(nn.Module):
@@ -154,13 +158,21 @@ class AttentionModel(nn.Module):
     def encode(self, static: dict) -> Cache:
         """static: the problem's static tensors with instance axis B (see ``models.state``)."""
         h = self.encoder(self.embedding(static))
-        return self.decoder.precompute(h, self.context.node_slots)
+        return self.decoder.precompute(h, self.context.node_rows(h, self.decoder.project_context.weight))
 
-    def forward(self, cache: Cache, state: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """state: dynamic tensors [B, N, ...] -> logits [B, N, A], values [B, N]."""
+    def forward(self, cache: Cache, state: dict, with_value: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """state: dynamic tensors [B, N, ...] -> logits [B, N, A], values [B, N] (None unless
+        ``with_value``)."""
         query = cache.graph_context + self.context(cache, state, self.decoder.project_context.weight)
-        logits, glimpse = self.decoder(cache, query, state["action_mask"], self.embedding.dynamic(state))
-        return logits, self.critic(glimpse).squeeze(-1)
+        logits, heads = self.decoder(cache, query, state["action_mask"], self.embedding.dynamic(state))
+        return logits, self.value(heads) if with_value else None
+
+    def value(self, heads: torch.Tensor) -> torch.Tensor:
+        """The critic MLP on the glimpse g = glimpse_out(heads) [B, N, d] -> [B, N]; the glimpse's
+        output projection is folded into the critic's first layer (one matmul per query, not two)."""
+        first, _, last = self.critic
+        hidden = F.relu(F.linear(heads, first.weight @ self.decoder.glimpse_out.weight, first.bias))
+        return last(hidden).squeeze(-1)
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:

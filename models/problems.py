@@ -2,18 +2,31 @@
 
 A context has ``node_slots`` S node embeddings followed by ``context_dim - S * d`` scalar features.
 Its projection is split so that the node part is projected once per instance in the cache
-(``Cache.node_context`` [B, A, S, d]) and each decode step only gathers it.
+(``Cache.node_context`` [B, A, S, d], from ``node_rows``) and each decode step only gathers it.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
-def gather_nodes(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """x [B, A, d], index [B, N] -> x[b, index[b, j]] as [B, N, d]."""
-    return x.gather(1, index[..., None].expand(-1, -1, x.shape[-1]))
+def project_slots(h: torch.Tensor, weight: torch.Tensor, slots: int) -> torch.Tensor:
+    """Node embeddings h [B, A, d] projected by each node slot of the context projection ``weight``
+    [d, context_dim] -> [B, A, S, d]."""
+    d = h.shape[-1]
+    return torch.einsum("bad,esd->base", h, weight[:, : slots * d].reshape(d, slots, d))
+
+
+def sum_slot_rows(node_context: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
+    """Sum over the slots s of node_context[b, nodes[b, j, s], s]: node_context [B, A', S, d],
+    nodes [B, N, S] -> [B, N, d]. One fused embedding_bag (about 3x faster than a gather per slot,
+    forward and backward)."""
+    b, rows, slots, d = node_context.shape
+    base = torch.arange(b, device=nodes.device).view(b, 1, 1) * (rows * slots)
+    index = nodes * slots + base + torch.arange(slots, device=nodes.device)
+    return F.embedding_bag(index.view(-1, slots), node_context.reshape(-1, d), mode="sum").view(*nodes.shape[:2], d)
 
 
 class StaticEmbedding(nn.Module):
@@ -50,7 +63,11 @@ class CVRPEmbedding(StaticEmbedding):
 
 
 class TSPContext(nn.Module):
-    """[first node ; last node] embeddings, or a learned placeholder before the first action."""
+    """[first node ; last node] embeddings, or a learned placeholder before the first action.
+
+    The placeholder is held as a virtual node after the n real ones (its two halves projected like
+    the two node slots), so the first step gathers it like any other node.
+    """
 
     node_slots = 2
 
@@ -59,12 +76,18 @@ class TSPContext(nn.Module):
         self.context_dim = 2 * embed_dim
         self.placeholder = nn.Parameter(torch.empty(self.context_dim).uniform_(-1, 1))
 
+    def node_rows(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """[B, n + 1, 2, d]: the nodes' projected slots, then the placeholder's."""
+        d = h.shape[-1]
+        virtual = (weight.view(d, 2, d) * self.placeholder.view(1, 2, d)).sum(-1).T
+        rows = project_slots(h, weight, self.node_slots)
+        return torch.cat([rows, virtual.expand(h.shape[0], 1, 2, d)], dim=1)
+
     def forward(self, cache, state: dict, weight: torch.Tensor) -> torch.Tensor:
         """Projected step context [B, N, d]; ``weight`` [d, 2d] is the context projection."""
-        first = gather_nodes(cache.node_context[:, :, 0], state["first_node"])
-        last = gather_nodes(cache.node_context[:, :, 1], state["last_node"])
-        initial = weight @ self.placeholder
-        return torch.where(state["is_initial_action"][..., None], initial, first + last)
+        placeholder = cache.node_context.shape[1] - 1
+        nodes = torch.stack([state["first_node"], state["last_node"]], dim=-1)
+        return sum_slot_rows(cache.node_context, nodes.masked_fill(state["is_initial_action"][..., None], placeholder))
 
 
 class CVRPContext(nn.Module):
@@ -76,9 +99,13 @@ class CVRPContext(nn.Module):
         super().__init__()
         self.context_dim = embed_dim + 1
 
+    def node_rows(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """[B, n + 1, 1, d]: the nodes' projected embeddings."""
+        return project_slots(h, weight, self.node_slots)
+
     def forward(self, cache, state: dict, weight: torch.Tensor) -> torch.Tensor:
         """Projected step context [B, N, d]; ``weight`` [d, d + 1] is the context projection."""
-        last = gather_nodes(cache.node_context[:, :, 0], state["last_node"])
+        last = sum_slot_rows(cache.node_context, state["last_node"][..., None])
         return last + state["current_load"][..., None] * weight[:, -1]
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from envs import VECTOR_ENVS
-from models.agent import Agent
+from models.agent import Agent, sample
 from models.state import StateWrapper
 from search.solutions import InvalidTourError, tour_length, validate_tour
 
@@ -85,14 +85,13 @@ def rollout(
     while not env.terminated.all():
         if len(actions) >= env.max_episode_steps:
             raise RuntimeError(f"{problem} rollout did not finish within {env.max_episode_steps} steps")
-        logits, _ = agent(agent.encode(static) if reencode else cache, wrapper.state(static, obs))
+        logits, _ = agent(agent.encode(static) if reencode else cache, wrapper.state(static, obs), with_value=False)
         if num_starts is not None and not actions:
             action = logits[:, 0].topk(num_starts, dim=-1).indices
         elif greedy:
             action = logits.argmax(-1)
         else:
-            probs = torch.softmax(logits, -1).view(-1, logits.shape[-1])
-            action = torch.multinomial(probs, 1, generator=generator).view(logits.shape[:2])
+            action = sample(torch.log_softmax(logits, -1), generator)
         steps += ~env.terminated
         obs, reward, _, _, _ = env.step(action.cpu().numpy())
         lengths -= reward

@@ -1,0 +1,200 @@
+"""Evaluate a checkpoint: decode a test set, report tour length, optimality gap and time.
+
+    python eval.py --checkpoint runs/<run>/ckpt/1000.pt                        # Kool test set, greedy
+    python eval.py --checkpoint ../shared/checkpoints/rlor/tsp50-v0-12000.pt --decode multi-greedy --augment 8
+    python eval.py --checkpoint ckpt.pt --data ../shared/benchmarks/tsplib --references ../shared/benchmarks/tsplib/optima.csv
+
+Checkpoints written by ppo_or.py and the published RLOR state dicts are both accepted (read with
+weights_only=True); the problem and size come from the checkpoint.
+"""
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import tyro
+from tqdm import tqdm
+
+from models import CheckpointError, load_agent
+from search import DECODES, decode
+from search.datasets import DataError, Dataset, load_data
+from search.references import solve_reference
+
+
+@dataclass
+class Args:
+    checkpoint: str
+    """path of a ppo_or.py checkpoint or of a published RLOR agent state dict"""
+    data: str = "kool-test"
+    """kool-test / kool-val (regenerated Kool et al. sets), an .npz file, a .tsp / .vrp file or a folder of them"""
+    problem: Literal["tsp", "cvrp"] | None = None
+    """the problem (default: the checkpoint's; must match it)"""
+    num_nodes: int | None = None
+    """size of the kool-test / kool-val instances (default: the checkpoint's training size)"""
+    num_instances: int | None = None
+    """evaluate only the first K instances (default: all; the Kool sets hold 10,000)"""
+    decode: Literal["greedy", "multi-greedy", "sampling"] = "greedy"
+    """greedy (one trajectory), multi-greedy (one greedy trajectory per start node) or sampling"""
+    num_starts: int | None = None
+    """multi-greedy: number of start nodes (default: every node for TSP, every customer for CVRP)"""
+    num_samples: int = 16
+    """sampling: trajectories sampled per instance"""
+    augment: int = 1
+    """decode each instance under this many of the 8 symmetries of the unit square (1 or 8); best kept"""
+    batch_size: int = 256
+    """instances decoded at once"""
+    seed: int = 0
+    """seed of the sampling decoder"""
+    references: str | None = None
+    """reference lengths: a CSV (first column instance name, last column value, a header row) or an .npy"""
+    reference_solver: Literal["lkh", "pyvrp"] | None = None
+    """compute references on the fly: lkh (elkai, TSP) or pyvrp (CVRP); optional extras"""
+    solver_seconds: float = 1.0
+    """pyvrp: time limit per instance"""
+    reencode: bool = False
+    """re-run the encoder at every step (the original RLOR evaluation; for comparison only)"""
+    cuda: bool = True
+    """use cuda when available"""
+    threads: int | None = None
+    """torch CPU threads (default: torch's own choice)"""
+    output: str | None = None
+    """write the results (lengths, gaps, tours, time) to this JSON file"""
+    plot: str | None = None
+    """draw the routes of the first instances into this image file (matplotlib)"""
+    plot_instances: int = 4
+    """how many instances --plot draws"""
+
+
+def check_args(args: Args) -> None:
+    if args.decode not in DECODES:
+        sys.exit(f"error: --decode must be one of {DECODES}")
+    if not 1 <= args.augment <= 8:
+        sys.exit(f"error: --augment must be between 1 and 8, got {args.augment}")
+    for name in ("num_instances", "num_starts", "num_nodes"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            sys.exit(f"error: --{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.num_samples < 1 or args.batch_size < 1:
+        sys.exit("error: --num-samples and --batch-size must be at least 1")
+
+
+def evaluate_group(agent, group: Dataset, args: Args, progress) -> dict:
+    """Decodes one group of equal-size instances; lengths and references in reported units."""
+    result = decode(
+        agent,
+        group.instances,
+        args.decode,
+        num_starts=args.num_starts,
+        num_samples=args.num_samples,
+        augment_copies=args.augment,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        reencode=args.reencode,
+        progress=progress.update,
+    )
+    lengths = np.array([group.reported_length(i, tour) for i, tour in enumerate(result.tours)])
+    references = group.references.copy()
+    if args.reference_solver:
+        references = np.array(
+            [solve_reference(group, i, args.reference_solver, args.solver_seconds) for i in range(len(lengths))]
+        )
+    return {"lengths": lengths, "references": references, "tours": result.tours, "seconds": result.seconds}
+
+
+def plot_routes(path: str, groups: list, results: list, count: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    items = [(g, r, i) for g, r in zip(groups, results, strict=True) for i in range(len(g.names))][:count]
+    fig, axes = plt.subplots(1, len(items), figsize=(4 * len(items), 4), squeeze=False)
+    for ax, (group, result, i) in zip(axes[0], items, strict=True):
+        points = group.node_points(i)
+        tour = result["tours"][i]
+        nodes = np.concatenate([tour, tour[:1]]) if group.problem == "tsp" else np.concatenate([[0], tour])
+        ax.plot(points[nodes, 0], points[nodes, 1], "-", lw=1, color="tab:blue")
+        ax.scatter(points[:, 0], points[:, 1], s=8, color="black", zorder=3)
+        if group.problem == "cvrp":
+            ax.scatter(points[:1, 0], points[:1, 1], s=60, marker="s", color="tab:red", zorder=4)
+        ax.set_title(f"{group.names[i]}: {result['lengths'][i]:.4g}", fontsize=9)
+        ax.set_aspect("equal")
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(args: Args) -> None:
+    check_args(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    try:
+        agent, ckpt = load_agent(args.checkpoint, problem=args.problem, device=device)
+        problem = ckpt["problem"]
+        groups = load_data(args.data, problem, args.num_nodes or ckpt["num_nodes"], args.num_instances, args.references)
+        for group in groups:
+            if args.decode == "multi-greedy" and args.num_starts and args.num_starts > group.num_nodes:
+                raise ValueError(
+                    f"--num-starts {args.num_starts} exceeds the {group.num_nodes} start nodes of {group.names[0]}"
+                    f" ({'nodes' if problem == 'tsp' else 'customers'})"
+                )
+        total = sum(len(g.names) for g in groups)
+        with tqdm(total=total, desc=f"{args.decode} x{args.augment}", unit="inst", disable=None) as progress:
+            results = [evaluate_group(agent, g, args, progress) for g in groups]
+    except (CheckpointError, DataError, ValueError, ImportError) as exc:
+        sys.exit(f"error: {exc}")
+
+    names = [n for g in groups for n in g.names]
+    lengths = np.concatenate([r["lengths"] for r in results])
+    references = np.concatenate([r["references"] for r in results])
+    gaps = 100 * (lengths / references - 1)
+    seconds = sum(r["seconds"] for r in results)
+    known = np.isfinite(gaps)
+    mean_gap = float(gaps[known].mean()) if known.any() else None
+
+    decoding = args.decode + (f" x{args.augment} aug" if args.augment > 1 else "")
+    print(f"checkpoint {args.checkpoint} ({problem.upper()}), data {args.data}")
+    print(f"{'instances':>10} {'decode':>22} {'mean length':>12} {'mean gap':>9} {'time':>9} {'per inst.':>10}")
+    gap_text = f"{mean_gap:8.3f}%" if mean_gap is not None else f"{'-':>9}"
+    print(
+        f"{len(lengths):>10} {decoding:>22} {lengths.mean():>12.4f} {gap_text} {seconds:>8.2f}s {1000 * seconds / len(lengths):>8.2f}ms"
+    )
+    if known.any() and not known.all():
+        print(f"(gap over the {known.sum()} instances with a reference)")
+    if len(groups) > 1 or groups[0].points is not None:
+        for name, length, ref, gap in zip(names, lengths, references, gaps, strict=True):
+            print(f"  {name:<16} {length:>12.2f}" + (f" {ref:>12.2f} {gap:7.2f}%" if np.isfinite(ref) else ""))
+
+    if args.output:
+        out = {
+            "checkpoint": args.checkpoint,
+            "data": args.data,
+            "problem": problem,
+            "decode": args.decode,
+            "augment": args.augment,
+            "num_instances": len(lengths),
+            "mean_length": float(lengths.mean()),
+            "lengths": lengths.tolist(),
+            "names": names,
+            "seconds": seconds,
+            "tours": [t.tolist() for r in results for t in r["tours"]],
+        }
+        if mean_gap is not None:
+            out.update(mean_gap=mean_gap, gaps=[float(g) if np.isfinite(g) else None for g in gaps])
+            out["references"] = [float(r) if np.isfinite(r) else None for r in references]
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        with open(args.output, "w") as f:
+            json.dump(out, f)
+    if args.plot:
+        plot_routes(args.plot, groups, results, args.plot_instances)
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
