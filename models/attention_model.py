@@ -22,7 +22,7 @@ class Cache(NamedTuple):
 
     node_embeddings [B, A, d]; graph_context [B, 1, d] (projected mean node embedding);
     glimpse_key, glimpse_value [B, H, A, d/H]; logit_key [B, A, d] (already multiplied by the
-    glimpse's output projection, so logits need no projection per query); node_context [B, A', S, d]
+    glimpse's output projection and by 1 / sqrt(d), so logits need no projection per query); node_context [B, A', S, d]
     (each node's embedding projected by the S node slots of the step context; A' >= A when the context
     adds virtual rows, such as TSP's placeholder).
     """
@@ -91,7 +91,7 @@ class Decoder(nn.Module):
             graph_context=self.project_graph(h.mean(1, keepdim=True)),
             glimpse_key=split_heads(glimpse_key, self.num_heads),
             glimpse_value=split_heads(glimpse_value, self.num_heads),
-            logit_key=logit_key @ self.glimpse_out.weight,
+            logit_key=logit_key @ (self.glimpse_out.weight / math.sqrt(h.shape[-1])),
             node_context=node_context,
         )
 
@@ -106,7 +106,7 @@ class Decoder(nn.Module):
         """
         q = split_heads(query, self.num_heads)
         # one additive mask (0 allowed, -inf masked) serves the glimpse and the logits
-        bias = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill_(~mask, float("-inf"))
+        bias = torch.where(mask, 0.0, float("-inf")).to(query.dtype)
         if dynamic is None:
             heads = merge_heads(
                 F.scaled_dot_product_attention(q, cache.glimpse_key, cache.glimpse_value, attn_mask=bias[:, None])
@@ -119,10 +119,9 @@ class Decoder(nn.Module):
             )
             heads = F.scaled_dot_product_attention(q[..., None, :], key, value, attn_mask=bias[:, None, :, None])
             heads = merge_heads(heads.squeeze(-2))
-            logit_key = cache.logit_key[:, None] + dynamic[2] @ self.glimpse_out.weight
+            logit_key = cache.logit_key[:, None] + dynamic[2] @ (self.glimpse_out.weight / math.sqrt(heads.shape[-1]))
             scores = (heads[:, :, None] @ logit_key.transpose(-1, -2)).squeeze(-2)
-        logits = self.tanh_clipping * torch.tanh(scores / math.sqrt(heads.shape[-1]))
-        return logits + bias, heads
+        return torch.add(bias, torch.tanh(scores), alpha=self.tanh_clipping), heads
 
 
 class AttentionModel(nn.Module):

@@ -67,10 +67,12 @@ def rollout(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Runs M instances x ``n_traj`` trajectories until all have terminated.
 
-    ``num_starts`` = ``n_traj`` forces trajectory i's first action to the i-th most probable first
-    node; ``reencode`` re-runs the encoder at every step (the uncached baseline). Returns actions
-    [M, N, T], lengths [M, N] (minus the summed rewards) and the number of steps of each trajectory
-    [M, N].
+    ``num_starts`` = ``n_traj`` forces the first actions: with every start node (n), trajectory i
+    starts at start node i (TSP node i, CVRP customer i + 1); with fewer, at the i-th most probable
+    start node. A step where every trajectory has a single allowed action (TSP's return) is taken
+    without the model. ``reencode`` re-runs the encoder at every step (the uncached baseline).
+    Returns actions [M, N, T], lengths [M, N] (minus the summed rewards) and the number of steps of
+    each trajectory [M, N].
     """
     problem = agent.problem
     device = next(agent.parameters()).device
@@ -85,15 +87,23 @@ def rollout(
     while not env.terminated.all():
         if len(actions) >= env.max_episode_steps:
             raise RuntimeError(f"{problem} rollout did not finish within {env.max_episode_steps} steps")
-        logits, _ = agent(agent.encode(static) if reencode else cache, wrapper.state(static, obs), with_value=False)
-        if num_starts is not None and not actions:
-            action = logits[:, 0].topk(num_starts, dim=-1).indices
-        elif greedy:
-            action = logits.argmax(-1)
+        mask = obs["action_mask"]
+        if num_starts == num_nodes and not actions:
+            first = env.num_actions - num_nodes  # the first start node: TSP 0, CVRP 1 (customer 0)
+            action = np.broadcast_to(np.arange(first, first + num_nodes), (num_envs, n_traj))
+        elif (mask.sum(-1) == 1).all():
+            action = mask.argmax(-1)
         else:
-            action = sample(torch.log_softmax(logits, -1), generator)
+            logits, _ = agent(agent.encode(static) if reencode else cache, wrapper.state(static, obs), with_value=False)
+            if num_starts is not None and not actions:
+                action = logits[:, 0].topk(num_starts, dim=-1).indices
+            elif greedy:
+                action = logits.argmax(-1)
+            else:
+                action = sample(torch.log_softmax(logits, -1), generator)
+            action = action.cpu().numpy()
         steps += ~env.terminated
-        obs, reward, _, _, _ = env.step(action.cpu().numpy())
+        obs, reward, _, _, _ = env.step(action)
         lengths -= reward
         actions.append(env.last_node)
     return np.stack(actions, axis=-1), lengths, steps

@@ -1,0 +1,248 @@
+import importlib
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from checks import SHARED, check_cvrp_actions, check_tsp_actions
+
+from envs import kool_dataset
+from models import Agent, save_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+RLOR = SHARED / "checkpoints" / "rlor"
+REFERENCES = SHARED / "references"
+BENCHMARKS = SHARED / "benchmarks"
+needs_shared = pytest.mark.skipif(not RLOR.exists(), reason=f"{SHARED} is absent (not beside this clone)")
+evaluator = importlib.import_module("eval")
+
+
+def run(tmp_path, *args) -> dict:
+    """Runs eval.py in-process with --output and returns the JSON results."""
+    output = tmp_path / "results.json"
+    argv = [*args, "--output", str(output), "--threads", "1"]
+    evaluator.main(evaluator.tyro.cli(evaluator.Args, args=argv))
+    return json.loads(output.read_text())
+
+
+def fails(*args) -> str:
+    with pytest.raises(SystemExit) as exc:
+        evaluator.main(evaluator.tyro.cli(evaluator.Args, args=list(args)))
+    return str(exc.value.code)
+
+
+@pytest.fixture(scope="module")
+def small_checkpoints(tmp_path_factory):
+    """Untrained TSP10 and CVRP10 agents saved as ppo_or.py checkpoints."""
+    folder = tmp_path_factory.mktemp("ckpt")
+    paths = {}
+    for problem in ("tsp", "cvrp"):
+        torch.manual_seed(0)
+        paths[problem] = folder / f"{problem}.pt"
+        save_checkpoint(
+            {"problem": problem, "num_nodes": 10, "model_config": {}, "model": Agent(problem).state_dict()},
+            paths[problem],
+        )
+    return paths
+
+
+@pytest.mark.parametrize("problem", ["tsp", "cvrp"])
+def test_tours_are_valid_and_search_never_worse(tmp_path, small_checkpoints, problem):
+    ckpt = str(small_checkpoints[problem])
+    common = ["--checkpoint", ckpt, "--num-instances", "40", "--batch-size", "16"]
+    greedy = run(tmp_path, *common)
+    again = run(tmp_path, *common)
+    multi = run(tmp_path, *common, "--decode", "multi-greedy")
+    sampled = run(tmp_path, *common, "--decode", "sampling", "--num-samples", "8")
+    augmented = run(tmp_path, *common, "--augment", "8")
+    multi_augmented = run(tmp_path, *common, "--decode", "multi-greedy", "--augment", "8")
+    assert greedy["tours"] == again["tours"], "greedy decoding is not deterministic"
+    data = kool_dataset(problem, 10, "test", 40)
+    capacity = 20
+    for result in (greedy, multi, sampled, augmented, multi_augmented):
+        assert result["num_instances"] == 40
+        for i, (tour, length) in enumerate(zip(result["tours"], result["lengths"], strict=True)):
+            if problem == "tsp":
+                expected = check_tsp_actions(tour + tour[:1], data["coords"][i])
+            else:
+                demand = np.rint(data["demand"][i] * capacity).astype(int)
+                expected = check_cvrp_actions(tour, data["depot"][i], data["coords"][i], demand, capacity)
+            assert length == pytest.approx(expected, abs=1e-9)
+    lengths = {
+        k: np.array(v["lengths"])
+        for k, v in [("greedy", greedy), ("multi", multi), ("aug", augmented), ("multi_aug", multi_augmented)]
+    }
+    assert (lengths["multi"] <= lengths["greedy"] + 1e-9).all()
+    assert (lengths["aug"] <= lengths["greedy"] + 1e-9).all()
+    assert (lengths["multi_aug"] <= lengths["multi"] + 1e-9).all()
+    assert lengths["multi"].mean() < lengths["greedy"].mean()
+
+
+def test_npz_data_with_references_gives_gaps(tmp_path, small_checkpoints):
+    rng = np.random.default_rng(0)
+    depot, coords = rng.uniform(size=(5, 2)), rng.uniform(size=(5, 12, 2))
+    demand = rng.integers(1, 10, size=(5, 12))
+    path = tmp_path / "cvrp.npz"
+    np.savez(path, depot=depot, coords=coords, demand=demand, capacity=np.full(5, 25.0), reference=np.full(5, 4.0))
+    result = run(
+        tmp_path,
+        "--checkpoint",
+        str(small_checkpoints["cvrp"]),
+        "--data",
+        str(path),
+        "--plot",
+        str(tmp_path / "routes.png"),
+    )
+    lengths = np.array(result["lengths"])
+    np.testing.assert_allclose(result["gaps"], 100 * (lengths / 4.0 - 1))
+    assert result["mean_gap"] == pytest.approx(np.mean(result["gaps"]))
+    for i, tour in enumerate(result["tours"]):
+        assert lengths[i] == pytest.approx(check_cvrp_actions(tour, depot[i], coords[i], demand[i], 25), abs=1e-9)
+    assert (tmp_path / "routes.png").stat().st_size > 0
+    assert {"mean_length", "lengths", "mean_gap", "gaps", "seconds", "decode", "checkpoint", "tours"} <= set(result)
+
+
+def test_reference_solvers_on_the_fly(tmp_path, small_checkpoints):
+    pytest.importorskip("elkai", reason="elkai is an optional extra")
+    pytest.importorskip("pyvrp", reason="pyvrp is an optional extra")
+    tsp = run(
+        tmp_path, "--checkpoint", str(small_checkpoints["tsp"]), "--num-instances", "3", "--reference-solver", "lkh"
+    )
+    assert all(g >= -1e-9 for g in tsp["gaps"])
+    cvrp = run(
+        tmp_path, "--checkpoint", str(small_checkpoints["cvrp"]), "--num-instances", "2",
+        "--reference-solver", "pyvrp", "--solver-seconds", "0.2",
+    )  # fmt: skip
+    assert all(g >= -1e-6 for g in cvrp["gaps"])
+    assert "solves TSP" in fails("--checkpoint", str(small_checkpoints["cvrp"]), "--reference-solver", "lkh")
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        ({"coords": np.zeros((2, 5, 2)), "depot": np.zeros((2, 2)), "capacity": 10}, "missing ['demand']"),
+        (
+            {"coords": np.zeros((2, 5)), "depot": np.zeros((2, 2)), "demand": np.ones((2, 5)), "capacity": 10},
+            "shape [M, n, 2]",
+        ),
+        (
+            {
+                "coords": np.full((2, 5, 2), np.nan),
+                "depot": np.zeros((2, 2)),
+                "demand": np.ones((2, 5)),
+                "capacity": 10,
+            },
+            "NaN",
+        ),
+        (
+            {"coords": np.zeros((2, 5, 2)), "depot": np.zeros((2, 2)), "demand": -np.ones((2, 5)), "capacity": 10},
+            "positive",
+        ),
+        (
+            {"coords": np.zeros((2, 5, 2)), "depot": np.zeros((2, 2)), "demand": np.ones((2, 5)), "capacity": -1},
+            "'capacity' must be positive",
+        ),
+    ],
+)
+def test_bad_npz_files_fail_with_a_message(tmp_path, small_checkpoints, arrays, message):
+    path = tmp_path / "bad.npz"
+    np.savez(path, **arrays)
+    assert message in fails("--checkpoint", str(small_checkpoints["cvrp"]), "--data", str(path))
+
+
+def test_bad_inputs_fail_with_a_message(tmp_path, small_checkpoints):
+    tsp = str(small_checkpoints["tsp"])
+    assert "does not exist" in fails("--checkpoint", str(tmp_path / "none.pt"))
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(b"\x00garbage")
+    assert "cannot be read" in fails("--checkpoint", str(corrupt))
+    assert "is a TSP model, but a CVRP model was asked for" in fails("--checkpoint", tsp, "--problem", "cvrp")
+    assert "--num-starts 11 exceeds the 10 start nodes" in fails(
+        "--checkpoint", tsp, "--decode", "multi-greedy", "--num-starts", "11"
+    )
+    assert "no such file" in fails("--checkpoint", tsp, "--data", str(tmp_path / "missing.npz"))
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    assert "expected an .npz" in fails("--checkpoint", tsp, "--data", str(text))
+    garbage = tmp_path / "garbage.npz"
+    garbage.write_bytes(b"not a zip")
+    assert "not a readable .npz" in fails("--checkpoint", tsp, "--data", str(garbage))
+    assert "--augment must be between 1 and 8" in fails("--checkpoint", tsp, "--augment", "9")
+
+
+def test_cli_prints_a_summary_table(small_checkpoints):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "eval.py"), "--checkpoint", str(small_checkpoints["tsp"]), "--num-instances", "5"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "mean length" in result.stdout and "greedy" in result.stdout
+
+
+@needs_shared
+def test_tsplib_and_cvrplib_files_report_lengths_in_their_units(tmp_path):
+    tsp = run(
+        tmp_path, "--checkpoint", str(RLOR / "tsp50-v0-12000.pt"), "--data", str(BENCHMARKS / "tsplib" / "st70.tsp"),
+        "--references", str(BENCHMARKS / "tsplib" / "optima.csv"),
+    )  # fmt: skip
+    points = [tuple(map(float, line.split()[1:])) for line in _section(BENCHMARKS / "tsplib" / "st70.tsp")]
+    tour = tsp["tours"][0]
+    expected = sum(round(math.dist(points[a], points[b])) for a, b in zip(tour, tour[1:] + tour[:1], strict=True))
+    assert sorted(tour) == list(range(70))
+    assert tsp["lengths"][0] == expected and tsp["references"][0] == 675
+    assert tsp["gaps"][0] == pytest.approx(100 * (expected / 675 - 1))
+
+    cvrp = run(
+        tmp_path,
+        "--checkpoint",
+        str(RLOR / "cvrp50-v0-12000.pt"),
+        "--data",
+        str(BENCHMARKS / "cvrplib" / "X-n101-k25.vrp"),
+    )
+    assert cvrp["references"][0] == 27591  # from the .sol file beside it
+    assert cvrp["lengths"][0] >= 27591 and cvrp["lengths"][0] == int(cvrp["lengths"][0])
+
+
+def _section(path):
+    lines = path.read_text().splitlines()
+    start = lines.index("NODE_COORD_SECTION") + 1
+    return [line for line in lines[start:] if line.strip() and line.strip() != "EOF"]
+
+
+@needs_shared
+def test_rlor_gaps_on_a_slice(tmp_path):
+    """Fast slice of the published figures: first 200 TSP50 test instances."""
+    refs = str(REFERENCES / "tsp50_test_seed1234_lkh.npy")
+    result = run(
+        tmp_path, "--checkpoint", str(RLOR / "tsp50-v0-12000.pt"), "--num-instances", "200", "--references", refs
+    )
+    reference = np.load(refs)[:200]
+    assert result["mean_gap"] == pytest.approx(np.mean(100 * (np.array(result["lengths"]) / reference - 1)))
+    assert 0.5 < result["mean_gap"] < 4
+
+
+@needs_shared
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("problem", "decode", "count", "mean", "references", "gap"),
+    [
+        ("tsp", "greedy", 1000, 5.7956, "tsp50_test_seed1234_lkh.npy", 1.91),
+        ("tsp", "multi-greedy", 1000, 5.7089, "tsp50_test_seed1234_lkh.npy", 0.39),
+        ("cvrp", "greedy", 1000, 11.3571, None, None),
+        ("cvrp", "multi-greedy", 1000, 10.9236, None, None),
+        ("cvrp", "multi-greedy", 100, None, "cvrp50_test_seed1234_first100_pyvrp10s.npy", 4.46),
+    ],
+)
+def test_rlor_published_figures_through_eval(tmp_path, problem, decode, count, mean, references, gap):
+    args = ["--checkpoint", str(RLOR / f"{problem}50-v0-12000.pt"), "--num-instances", str(count), "--decode", decode]
+    if references:
+        args += ["--references", str(REFERENCES / references)]
+    result = run(tmp_path, *args)
+    if mean is not None:
+        assert result["mean_length"] == pytest.approx(mean, abs=1e-3)
+    if gap is not None:
+        assert result["mean_gap"] == pytest.approx(gap, abs=0.01)
