@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, fields
 import gymnasium as gym
 import numpy as np
 import torch
+import torch.distributed as dist
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
@@ -90,6 +91,8 @@ class Args:
     """the target KL divergence threshold (stops the update epochs early)"""
     encoder_cache: bool = True
     """encode each instance once per rollout; False re-encodes at every step (a baseline for benchmarks)"""
+    amp: bool = False
+    """bf16 autocast of the model on a CUDA GPU (losses and advantages stay float32)"""
 
     checkpoint_interval: int = 100
     """write a checkpoint every this many iterations (and at the end); 0 writes only the final one"""
@@ -151,6 +154,7 @@ RESUME_OVERRIDES = (
     "track",
     "wandb_project_name",
     "wandb_entity",
+    "amp",
 )
 
 
@@ -197,9 +201,86 @@ def per_instance(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x[:, index].transpose(0, 1).reshape(len(index), -1)
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of x over the entries where mask is True (steps of trajectories still running)."""
-    return (x * mask).sum() / mask.sum().clamp(min=1)
+def all_sum(x: torch.Tensor) -> torch.Tensor:
+    """Sum over the data-parallel processes (x itself in a single process); no gradient."""
+    if dist.is_initialized():
+        x = x.detach().clone()
+        dist.all_reduce(x)
+    return x
+
+
+def average_gradients(agent: Agent) -> None:
+    """Averages the gradients over the data-parallel processes with one all-reduce (CleanRL's
+    multi-GPU pattern), so every process takes the same optimizer step."""
+    if not dist.is_initialized():
+        return
+    params = [p for p in agent.parameters() if p.requires_grad]
+    grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
+    dist.all_reduce(grads)
+    grads /= dist.get_world_size()
+    offset = 0
+    for p in params:
+        p.grad = grads[offset : offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
+
+
+def ppo_loss(
+    agent: Agent, static: dict, steps: dict, batch: dict, index: torch.Tensor, args: Args
+) -> tuple[torch.Tensor, dict]:
+    """The clipped PPO loss of instances ``index`` [B] over their stored steps, and its statistics.
+
+    ``batch`` holds rollout tensors [T, M, N] (actions, logprobs, values, advantages, returns, alive).
+    Means run over the live steps (trajectories not finished yet) of every process: counts and
+    advantage statistics are summed across processes, and each process's loss is scaled so that the
+    averaged gradient equals that of one process holding all the instances.
+    """
+    mb = {key: per_instance(value, index) for key, value in batch.items()}
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(minibatch_state(static, steps, index), mb["actions"])
+    newlogprob, entropy, newvalue = newlogprob.float(), entropy.float(), newvalue.float()
+    alive = mb["alive"].float()
+    count = all_sum(alive.sum()).clamp(min=1)
+    world = dist.get_world_size() if dist.is_initialized() else 1
+
+    def loss_mean(x: torch.Tensor) -> torch.Tensor:
+        return (x * alive).sum() * world / count
+
+    def global_mean(x: torch.Tensor) -> float:
+        return (all_sum((x.detach() * alive).sum()) / count).item()
+
+    logratio = newlogprob - mb["logprobs"]
+    ratio = logratio.exp()
+    advantages = mb["advantages"]
+    if args.norm_adv:
+        mean = all_sum((advantages * alive).sum()) / count
+        std = (all_sum(((advantages - mean) ** 2 * alive).sum()) / count).sqrt()
+        advantages = (advantages - mean) / (std + 1e-8)
+
+    # policy loss
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = loss_mean(torch.max(pg_loss1, pg_loss2))
+
+    # value loss
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - mb["returns"]) ** 2
+        v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -args.clip_coef, args.clip_coef)
+        v_loss_clipped = (v_clipped - mb["returns"]) ** 2
+        v_loss = 0.5 * loss_mean(torch.max(v_loss_unclipped, v_loss_clipped))
+    else:
+        v_loss = 0.5 * loss_mean((newvalue - mb["returns"]) ** 2)
+
+    entropy_loss = loss_mean(entropy)
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    stats = {
+        "policy_loss": pg_loss.item() / world,
+        "value_loss": v_loss.item() / world,
+        "entropy": entropy_loss.item() / world,
+        # calculate approx_kl http://joschu.net/blog/kl-approx.html
+        "old_approx_kl": global_mean(-logratio),
+        "approx_kl": global_mean((ratio - 1) - logratio),
+        "clipfrac": global_mean(((ratio - 1.0).abs() > args.clip_coef).float()),
+    }
+    return loss, stats
 
 
 class StopRequest:
@@ -217,6 +298,32 @@ class StopRequest:
         self.requested = True
         print("stopping after this iteration to write a checkpoint (Ctrl-C again to abort)", flush=True)
 
+    def synchronize(self, device: torch.device) -> None:
+        """All processes stop together once any of them was asked to."""
+        if dist.is_initialized():
+            self.requested = bool(all_sum(torch.tensor([float(self.requested)], device=device)).item())
+
+
+def report_parameter_agreement(agent: Agent, is_main: bool) -> None:
+    """Checks that every process ends with the same parameters (the data-parallel invariant)."""
+    flat = torch.cat([p.detach().flatten() for p in agent.state_dict().values() if p.is_floating_point()])
+    spread = flat.clone()
+    dist.all_reduce(spread, op=dist.ReduceOp.MAX)
+    lowest = flat.clone()
+    dist.all_reduce(lowest, op=dist.ReduceOp.MIN)
+    difference = (spread - lowest).abs().max().item()
+    if is_main:
+        print(
+            f"parameters identical across {dist.get_world_size()} processes: {difference == 0} (max difference {difference:g})",
+            flush=True,
+        )
+
+
+def finish_processes(world_size: int) -> None:
+    if world_size > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
 
 def evaluate(agent: Agent, data: dict, batch_size: int) -> dict:
     """Mean greedy and multi-greedy tour lengths on ``data`` (the periodic evaluation)."""
@@ -233,19 +340,38 @@ def main(args: Args) -> None:
         args, ckpt = resumed_args(args)
     check_args(args)
     problem = ENV_IDS[args.env_id]
+
+    # data-parallel setup: torchrun sets WORLD_SIZE, RANK and LOCAL_RANK; a plain run is rank 0 of 1
+    world_size, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    use_cuda = torch.cuda.is_available() and args.cuda
+    if args.amp and not use_cuda:
+        sys.exit("error: --amp (bf16 autocast) needs a CUDA device; drop --amp or use --cuda on a GPU machine")
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
+    if world_size > 1:
+        if use_cuda:
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    if ckpt and len(ckpt["rank_rng"]) != world_size:
+        sys.exit(f"error: --resume: the checkpoint was written by {len(ckpt['rank_rng'])} processes, not {world_size}")
+    if world_size > 1 and not args.encoder_cache:
+        sys.exit("error: --no-encoder-cache is a single-process benchmark baseline; it cannot run data-parallel")
+    is_main = rank == 0
     run_name = ckpt["run_name"] if ckpt else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    if world_size > 1:
+        shared = [run_name]
+        dist.broadcast_object_list(shared, src=0)
+        run_name = shared[0]
     run_dir = os.path.join("runs", run_name)
 
-    # seeding
-    random.seed(args.seed)
-    np.random.seed(args.seed)
+    # seeding: the same initial weights everywhere, then a stream of its own per process
+    random.seed(args.seed + rank)
+    np.random.seed(args.seed + rank)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    # env setup
+    # env setup: each process steps num_envs instances of its own
     envs = gym.make_vec(
         args.env_id,
         num_envs=args.num_envs,
@@ -255,45 +381,62 @@ def main(args: Args) -> None:
     )
     num_steps = args.num_steps or envs.max_episode_steps
     wrapper = StateWrapper(problem, device)
-    val_data = kool_dataset(problem, args.num_nodes, "val", args.eval_instances) if args.eval_interval else None
+    val_data = (
+        kool_dataset(problem, args.num_nodes, "val", args.eval_instances) if args.eval_interval and is_main else None
+    )
 
     agent = Agent(problem).to(device)
+    torch.manual_seed(args.seed + rank)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     global_step, iteration = 0, 0
-    next_obs, _ = envs.reset(seed=args.seed)
+    next_obs, _ = envs.reset(seed=args.seed + rank)
     if ckpt:
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         global_step, iteration = ckpt["global_step"], ckpt["iteration"]
-        torch.set_rng_state(ckpt["torch_rng"])
-        if device.type == "cuda" and "cuda_rng" in ckpt:
-            torch.cuda.set_rng_state_all(ckpt["cuda_rng"])
-        envs.unwrapped.rng.bit_generator.state = ckpt["env_rng"]
+        rng = ckpt["rank_rng"][rank]
+        torch.set_rng_state(rng["torch"])
+        if use_cuda and "cuda" in rng:
+            torch.cuda.set_rng_state(rng["cuda"], device)
+        envs.unwrapped.rng.bit_generator.state = rng["env"]
         next_obs, _ = envs.reset()  # the episode in progress at the checkpoint starts afresh
 
-    if args.track:
-        import wandb
+    writer = None
+    if is_main:
+        if args.track:
+            import wandb
 
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            id=run_name.replace("/", "_"),
-            resume="allow",
-            save_code=True,
-        )
-    writer = SummaryWriter(run_dir, purge_step=global_step if ckpt else None)
-    if not ckpt:
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n{}".format("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-        )
-        with open(os.path.join(run_dir, "args.json"), "w") as f:
-            json.dump(asdict(args), f, indent=2)
+            wandb.init(
+                project=args.wandb_project_name,
+                entity=args.wandb_entity,
+                sync_tensorboard=True,
+                config=vars(args),
+                name=run_name,
+                id=run_name.replace("/", "_"),
+                resume="allow",
+                save_code=True,
+            )
+        writer = SummaryWriter(run_dir, purge_step=global_step if ckpt else None)
+        if not ckpt:
+            writer.add_text(
+                "hyperparameters",
+                "|param|value|\n|-|-|\n{}".format("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+            )
+            with open(os.path.join(run_dir, "args.json"), "w") as f:
+                json.dump({**asdict(args), "world_size": world_size}, f, indent=2)
 
-    def write_checkpoint() -> str:
+    def write_checkpoint() -> str | None:
+        """Every process hands in its RNG states; the main process writes the file."""
+        rng = {"torch": torch.get_rng_state(), "env": envs.unwrapped.rng.bit_generator.state}
+        if use_cuda:
+            rng["cuda"] = torch.cuda.get_rng_state(device)
+        rank_rng = [None] * world_size
+        if world_size > 1:
+            dist.all_gather_object(rank_rng, rng)
+        else:
+            rank_rng = [rng]
+        if not is_main:
+            return None
         path = os.path.join(run_dir, "ckpt", f"{iteration}.pt")
         payload = {
             "problem": problem,
@@ -305,15 +448,18 @@ def main(args: Args) -> None:
             "run_name": run_name,
             "global_step": global_step,
             "iteration": iteration,
-            "torch_rng": torch.get_rng_state(),
-            "env_rng": envs.unwrapped.rng.bit_generator.state,
+            "world_size": world_size,
+            "rank_rng": rank_rng,
         }
-        if device.type == "cuda":
-            payload["cuda_rng"] = torch.cuda.get_rng_state_all()
         save_checkpoint(payload, path)
         return path
 
+    def log(tag: str, value) -> None:
+        if writer is not None:
+            writer.add_scalar(tag, value, global_step)
+
     stop = StopRequest()
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)
     episode_return = np.zeros((args.num_envs, args.n_traj))
     episode_length = np.zeros((args.num_envs, args.n_traj), dtype=np.int64)
     start_time, start_step = time.time(), global_step
@@ -329,9 +475,8 @@ def main(args: Args) -> None:
             next_obs, _ = envs.reset()
             episode_return[:], episode_length[:] = 0, 0
         static = wrapper.static(next_obs)
-        states, actions, logprobs, values, rewards, dones = [], [], [], [], [], []
-        alive = []
-        with torch.no_grad():
+        states, actions, logprobs, values, rewards, dones, alive = [], [], [], [], [], [], []
+        with torch.no_grad(), autocast:
             cache = agent.encode(static) if args.encoder_cache else None
             for _ in range(num_steps):
                 running = ~envs.unwrapped.terminated
@@ -340,37 +485,39 @@ def main(args: Args) -> None:
                 state = wrapper.state(static, next_obs)
                 action, logprob, _, value = agent.get_action_and_value(state, cache=cache)
                 next_obs, reward, terminations, _, _ = envs.step(action.cpu().numpy())
-                global_step += args.num_envs
                 episode_return += reward
                 episode_length += running
                 states.append({k: v for k, v in state.items() if k not in static})
                 actions.append(action)
-                logprobs.append(logprob)
-                values.append(value)
+                logprobs.append(logprob.float())
+                values.append(value.float())
                 rewards.append(torch.as_tensor(reward, dtype=torch.float32, device=device))
                 dones.append(torch.as_tensor(terminations, device=device))
                 alive.append(torch.as_tensor(running, device=device))
-            next_value = agent.get_value(wrapper.state(static, next_obs), cache=cache)
-        if envs.unwrapped.terminated.all():
+            next_value = agent.get_value(wrapper.state(static, next_obs), cache=cache).float()
+        # instance-steps of every process (CVRP rollouts end at different steps on each)
+        global_step += int(all_sum(torch.tensor(len(states) * args.num_envs, device=device)).item())
+        episode_done = envs.unwrapped.terminated.all()
+        if episode_done:
             tour_length = -episode_return
-            writer.add_scalar("charts/episodic_return", episode_return.mean(), global_step)
-            writer.add_scalar("charts/episodic_length", episode_length.mean(), global_step)
-            writer.add_scalar("charts/tour_length", tour_length.mean(), global_step)
-            writer.add_scalar("charts/best_tour_length", tour_length.min(1).mean(), global_step)
+            log("charts/episodic_return", episode_return.mean())
+            log("charts/episodic_length", episode_length.mean())
+            log("charts/tour_length", tour_length.mean())
+            log("charts/best_tour_length", tour_length.min(1).mean())
         steps = stack_states(states)
-        actions, logprobs, values = torch.stack(actions), torch.stack(logprobs), torch.stack(values)
-        rewards, dones, alive = torch.stack(rewards), torch.stack(dones), torch.stack(alive)
+        batch = {"actions": torch.stack(actions), "logprobs": torch.stack(logprobs), "values": torch.stack(values)}
+        batch["alive"], rewards, dones = torch.stack(alive), torch.stack(rewards), torch.stack(dones)
 
         # generalized advantage estimation; unfinished episodes are bootstrapped with the critic
         advantages = torch.zeros_like(rewards)
         lastgaelam = torch.zeros_like(next_value)
         for t in reversed(range(len(rewards))):
-            nextvalues = next_value if t == len(rewards) - 1 else values[t + 1]
+            nextvalues = next_value if t == len(rewards) - 1 else batch["values"][t + 1]
             nextnonterminal = (~dones[t]).float()
-            delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
+            delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - batch["values"][t]
             lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
             advantages[t] = lastgaelam
-        returns = advantages + values
+        batch["advantages"], batch["returns"] = advantages, advantages + batch["values"]
         rollout_time = time.time() - rollout_start
 
         # optimizing the policy and value network over minibatches of instances
@@ -381,93 +528,69 @@ def main(args: Args) -> None:
             b_inds = torch.randperm(args.num_envs)
             for start in range(0, args.num_envs, minibatch_size):
                 mb_inds = b_inds[start : start + minibatch_size].to(device)
-                mb_state = minibatch_state(static, steps, mb_inds)
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_state, per_instance(actions, mb_inds))
-                mb_alive = per_instance(alive, mb_inds)
-                logratio = newlogprob - per_instance(logprobs, mb_inds)
-                ratio = logratio.exp()
-
-                with torch.no_grad():
-                    # calculate approx_kl http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = masked_mean(-logratio, mb_alive)
-                    approx_kl = masked_mean((ratio - 1) - logratio, mb_alive)
-                    clipfracs += [masked_mean(((ratio - 1.0).abs() > args.clip_coef).float(), mb_alive).item()]
-
-                mb_advantages = per_instance(advantages, mb_inds)
-                if args.norm_adv:
-                    mean = masked_mean(mb_advantages, mb_alive)
-                    std = masked_mean((mb_advantages - mean) ** 2, mb_alive).sqrt()
-                    mb_advantages = (mb_advantages - mean) / (std + 1e-8)
-
-                # policy loss
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), mb_alive)
-
-                # value loss
-                mb_returns, mb_values = per_instance(returns, mb_inds), per_instance(values, mb_inds)
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - mb_returns) ** 2
-                    v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-                    v_loss_clipped = (v_clipped - mb_returns) ** 2
-                    v_loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, v_loss_clipped), mb_alive)
-                else:
-                    v_loss = 0.5 * masked_mean((newvalue - mb_returns) ** 2, mb_alive)
-
-                entropy_loss = masked_mean(entropy, mb_alive)
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-
+                with autocast:
+                    loss, stats = ppo_loss(agent, static, steps, batch, mb_inds, args)
+                clipfracs.append(stats["clipfrac"])
                 optimizer.zero_grad()
                 loss.backward()
+                average_gradients(agent)
                 torch.nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
 
-            if args.target_kl is not None and approx_kl > args.target_kl:
+            if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                 break
         update_time = time.time() - update_start
 
-        live = alive.flatten()
-        y_pred, y_true = values.flatten()[live], returns.flatten()[live]
+        live = batch["alive"].flatten()
+        y_pred, y_true = batch["values"].flatten()[live], batch["returns"].flatten()[live]
         var_y = y_true.var()
         explained_var = np.nan if var_y == 0 else (1 - (y_true - y_pred).var() / var_y).item()
 
         sps = int((global_step - start_step) / (time.time() - start_time))
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", sps, global_step)
-        writer.add_scalar("charts/node_selections_per_second", sps * args.n_traj, global_step)
-        writer.add_scalar("charts/rollout_seconds", rollout_time, global_step)
-        writer.add_scalar("charts/update_seconds", update_time, global_step)
+        log("charts/learning_rate", optimizer.param_groups[0]["lr"])
+        for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
+            log(f"losses/{name}", stats[name])
+        log("losses/clipfrac", np.mean(clipfracs))
+        log("losses/explained_variance", explained_var)
+        log("charts/SPS", sps)
+        log("charts/node_selections_per_second", sps * args.n_traj)
+        log("charts/rollout_seconds", rollout_time)
+        log("charts/update_seconds", update_time)
         line = (
             f"iteration={iteration} global_step={global_step} SPS={sps} node_selections/s={sps * args.n_traj} "
             f"rollout={rollout_time:.2f}s update={update_time:.2f}s"
         )
-        if envs.unwrapped.terminated.all():
+        if episode_done:
             line += f" tour_length={tour_length.mean():.4f} best_tour_length={tour_length.min(1).mean():.4f}"
 
-        if args.eval_interval and iteration % args.eval_interval == 0:
+        if is_main and args.eval_interval and iteration % args.eval_interval == 0:
             for tag, value in evaluate(agent, val_data, args.eval_batch_size).items():
-                writer.add_scalar(tag, value, global_step)
+                log(tag, value)
                 line += f" {tag}={value:.4f}"
-        print(line, flush=True)
-        if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
+        if is_main:
+            print(line, flush=True)
+        stop.synchronize(device)
+        if args.checkpoint_interval and iteration % args.checkpoint_interval == 0 and not stop.requested:
             write_checkpoint()
+
     if stop.requested:
-        print(f"stopped: checkpoint {write_checkpoint()}; continue with --resume", flush=True)
-        writer.close()
+        path = write_checkpoint()
+        if is_main:
+            print(f"stopped: checkpoint {path}; continue with --resume", flush=True)
+            writer.close()
+        finish_processes(world_size)
         sys.exit(130)
-    if args.eval_interval and iteration % args.eval_interval:
+    if is_main and args.eval_interval and iteration % args.eval_interval:
         for tag, value in evaluate(agent, val_data, args.eval_batch_size).items():
-            writer.add_scalar(tag, value, global_step)
-    print(f"final checkpoint: {write_checkpoint()}", flush=True)
+            log(tag, value)
+    path = write_checkpoint()
+    if world_size > 1:
+        report_parameter_agreement(agent, is_main)
+    if is_main:
+        print(f"final checkpoint: {path}", flush=True)
+        writer.close()
     envs.close()
-    writer.close()
+    finish_processes(world_size)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.distributed_norm import DistributedBatchNorm1d
 from models.problems import PROBLEM_MODULES
 
 
@@ -52,14 +53,15 @@ class MultiHeadAttention(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """h = BN(h + MHA(h)); h = BN(h + FF(h)), batch norm over all nodes of all instances."""
+    """h = BN(h + MHA(h)); h = BN(h + FF(h)), batch norm over all nodes of all instances (of every
+    data-parallel process, see ``models.distributed_norm``)."""
 
     def __init__(self, embed_dim: int, num_heads: int, ff_hidden: int):
         super().__init__()
         self.attention = MultiHeadAttention(embed_dim, num_heads)
-        self.norm1 = nn.BatchNorm1d(embed_dim)
+        self.norm1 = DistributedBatchNorm1d(embed_dim)
         self.feed_forward = nn.Sequential(nn.Linear(embed_dim, ff_hidden), nn.ReLU(), nn.Linear(ff_hidden, embed_dim))
-        self.norm2 = nn.BatchNorm1d(embed_dim)
+        self.norm2 = DistributedBatchNorm1d(embed_dim)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         h = batch_norm(self.norm1, h + self.attention(h))
