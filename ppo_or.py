@@ -201,6 +201,23 @@ def per_instance(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x[:, index].transpose(0, 1).reshape(len(index), -1)
 
 
+def compute_gae(
+    rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor, gamma: float, lam: float
+) -> torch.Tensor:
+    """Generalized advantage estimation over a rollout: rewards, values, dones [T, M, N] (dones[t]:
+    the trajectory terminated at step t), next_value [M, N] (the critic after the last step).
+    Unfinished episodes are bootstrapped with next_value, not treated as terminal."""
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(next_value)
+    for t in reversed(range(len(rewards))):
+        nextvalues = next_value if t == len(rewards) - 1 else values[t + 1]
+        nextnonterminal = (~dones[t]).float()
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        lastgaelam = delta + gamma * lam * nextnonterminal * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages
+
+
 def all_sum(x: torch.Tensor) -> torch.Tensor:
     """Sum over the data-parallel processes (x itself in a single process); no gradient."""
     if dist.is_initialized():
@@ -508,15 +525,7 @@ def main(args: Args) -> None:
         batch = {"actions": torch.stack(actions), "logprobs": torch.stack(logprobs), "values": torch.stack(values)}
         batch["alive"], rewards, dones = torch.stack(alive), torch.stack(rewards), torch.stack(dones)
 
-        # generalized advantage estimation; unfinished episodes are bootstrapped with the critic
-        advantages = torch.zeros_like(rewards)
-        lastgaelam = torch.zeros_like(next_value)
-        for t in reversed(range(len(rewards))):
-            nextvalues = next_value if t == len(rewards) - 1 else batch["values"][t + 1]
-            nextnonterminal = (~dones[t]).float()
-            delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - batch["values"][t]
-            lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
-            advantages[t] = lastgaelam
+        advantages = compute_gae(rewards, batch["values"], dones, next_value, args.gamma, args.gae_lambda)
         batch["advantages"], batch["returns"] = advantages, advantages + batch["values"]
         rollout_time = time.time() - rollout_start
 

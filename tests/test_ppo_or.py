@@ -149,3 +149,36 @@ def test_training_learns_tsp20(tmp_path):
     print(f"untrained {untrained:.4f}, trained {trained:.4f}, LKH {reference:.4f}")
     assert trained < 1.15 * reference
     assert untrained - trained > 0.5 * (untrained - reference)
+
+
+def test_gae_bootstraps_unfinished_episodes_and_stops_at_termination():
+    """Against a direct sum: A_t = sum_k (gamma lambda)^k delta_{t+k}, cut at termination."""
+    import ppo_or
+
+    gamma, lam = 0.9, 0.8
+    rewards = torch.tensor([[-1.0], [-2.0], [-3.0], [0.0]])[..., None]  # [T=4, M=1, N=1]
+    values = torch.tensor([[0.5], [0.25], [-1.0], [2.0]])[..., None]
+    next_value = torch.tensor([[7.0]])
+    finished = torch.tensor([[False], [False], [True], [True]])[..., None]  # terminated at step 2
+    running = torch.zeros_like(finished)
+    for dones, bootstrap in ((finished, False), (running, True)):
+        got = ppo_or.compute_gae(rewards, values, dones, next_value, gamma, lam)[:, 0, 0]
+        v = values[:, 0, 0].tolist() + [next_value.item()]
+        r = rewards[:, 0, 0].tolist()
+        last = 3 if bootstrap else 2
+        for t in range(last + 1):
+            expected = 0.0
+            for k in range(t, last + 1):
+                terminal = not bootstrap and k == last
+                delta = r[k] + (0.0 if terminal else gamma * v[k + 1]) - v[k]
+                expected += (gamma * lam) ** (k - t) * delta
+            assert got[t].item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_short_rollouts_continue_episodes(tmp_path):
+    """--num-steps below the episode length: episodes span rollouts and still finish and log."""
+    train(tmp_path, "--num-nodes", "6", "--num-steps", "3", "--total-timesteps", "200", "--eval-interval", "0", *TINY)
+    events = EventAccumulator(str(run_dir(tmp_path)))
+    events.Reload()
+    lengths = [e.value for e in events.Scalars("charts/episodic_length")]
+    assert lengths and all(v == 7 for v in lengths), "a TSP6 episode takes 7 steps across 3-step rollouts"
