@@ -47,7 +47,7 @@ def is_rlor_state_dict(obj) -> bool:
 
 
 def rlor_problem(state_dict: dict) -> str:
-    """ "cvrp" if the RLOR state dict has a depot embedding, else "tsp"."""
+    """The problem of an RLOR state dict: "cvrp" if it has a depot embedding, else "tsp"."""
     return "cvrp" if "backbone.embedding.init_embed_depot.weight" in state_dict else "tsp"
 
 
@@ -76,10 +76,12 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
         raise CheckpointError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})") from exc
     if is_rlor_state_dict(obj):
         problem = rlor_problem(obj)
+        # the state dict does not record the training size; RLOR names its files like tsp50-v0-12000.pt
+        size = re.match(rf"{problem}(\d+)", path.name)
         return {
             "format": "rlor",
             "problem": problem,
-            "num_nodes": 50,
+            "num_nodes": int(size.group(1)) if size else 50,
             "model_config": {},
             "model": convert_rlor_state_dict(obj),
         }

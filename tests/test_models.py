@@ -4,7 +4,7 @@ import torch
 from checks import SHARED, random_allowed_actions
 
 from envs import VECTOR_ENVS, kool_dataset
-from models import Agent, CheckpointError, StateWrapper, load_agent, save_checkpoint
+from models import Agent, CheckpointError, StateWrapper, load_agent, read_checkpoint, save_checkpoint
 from search import decode
 
 RLOR = SHARED / "checkpoints" / "rlor"
@@ -182,3 +182,13 @@ def test_saved_checkpoint_round_trips(tmp_path):
     assert ckpt["num_nodes"] == 10
     for a, b in zip(agent.state_dict().values(), loaded.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b)
+
+
+@needs_rlor
+def test_rlor_training_size_comes_from_the_file_name(tmp_path):
+    renamed = tmp_path / "tsp20-v0-300.pt"
+    renamed.write_bytes((RLOR / "tsp50-v0-12000.pt").read_bytes())
+    assert read_checkpoint(renamed)["num_nodes"] == 20
+    plain = tmp_path / "agent.pt"
+    plain.write_bytes((RLOR / "tsp50-v0-12000.pt").read_bytes())
+    assert read_checkpoint(plain)["num_nodes"] == 50
