@@ -40,9 +40,10 @@ def test_masked_actions_have_probability_zero(problem):
         static, states = episode_states(problem, seed=seed)
         cache = agent.encode(static)
         for state in states:
-            _, logprob, entropy, _ = agent.get_action_and_value(state, cache=cache)
+            action, logprob, entropy, _ = agent.get_action_and_value(state, cache=cache)
             probs = torch.softmax(agent(cache, state)[0], -1)
             mask = state["action_mask"]
+            assert mask.gather(-1, action[..., None]).all(), "sampled a masked action"
             assert (probs[~mask] == 0).all()
             assert (probs[mask] > 0).all()
             torch.testing.assert_close(probs.sum(-1), torch.ones(mask.shape[:2]))
@@ -192,3 +193,15 @@ def test_rlor_training_size_comes_from_the_file_name(tmp_path):
     plain = tmp_path / "agent.pt"
     plain.write_bytes((RLOR / "tsp50-v0-12000.pt").read_bytes())
     assert read_checkpoint(plain)["num_nodes"] == 50
+
+
+def test_sampler_follows_the_distribution_and_never_picks_masked_actions():
+    from models.agent import sample
+
+    probs = torch.tensor([[0.0, 0.2, 0.0, 0.5, 0.3, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]])
+    logp = probs.log().expand(4000, 2, 6)
+    draws = sample(logp, torch.Generator().manual_seed(0))
+    assert (probs[[0, 1]][None].expand(4000, 2, 6).gather(-1, draws[..., None]) > 0).all()
+    freq = torch.stack([(draws[:, 0] == a).float().mean() for a in range(6)])
+    torch.testing.assert_close(freq, probs[0], atol=0.03, rtol=0)
+    assert (draws[:, 1] == 5).all()
