@@ -91,7 +91,7 @@ def rollout(
         if num_starts == num_nodes and not actions:
             first = env.num_actions - num_nodes  # the first start node: TSP 0, CVRP 1 (customer 0)
             action = np.broadcast_to(np.arange(first, first + num_nodes), (num_envs, n_traj))
-        elif (mask.sum(-1) == 1).all():
+        elif mask[0, 0].sum() == 1 and (mask.sum(-1) == 1).all():  # cheap test on one trajectory first
             action = mask.argmax(-1)
         else:
             logits, _ = agent(agent.encode(static) if reencode else cache, wrapper.state(static, obs), with_value=False)
