@@ -46,6 +46,7 @@ class DistributedBatchNorm1d(nn.BatchNorm1d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.training and data_parallel()):
             return super().forward(x)
+        x = x.float()  # statistics in float32, also under bf16 autocast
         count = all_reduce(torch.tensor([x.shape[0]], dtype=x.dtype, device=x.device))
         mean = all_reduce(x.sum(0)) / count
         var = all_reduce(((x - mean) ** 2).sum(0)) / count
