@@ -3,6 +3,7 @@
     python ppo_or.py --env-id tsp-v0                  # TSP50 with the paper's settings
     python ppo_or.py --env-id cvrp-v0 --num-nodes 20
     python ppo_or.py --resume runs/<run>/ckpt/100.pt  # continue a stopped run
+    torchrun --standalone --nproc_per_node 4 ppo_or.py --env-id tsp-v0 --num-envs 256  # 4 GPUs / processes
 
 Each rollout steps M instances x N trajectories of the bi-level vector env. The instances are
 encoded once per rollout and every step decodes from that cache, all N trajectories of an instance
