@@ -37,9 +37,9 @@ class Args:
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment"""
     seed: int = 1
-    """seed of the experiment (torch, numpy and the environment's generator)"""
+    """seed of the experiment (torch, numpy and the environment's generator; data-parallel process k uses seed + k)"""
     torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True` and deterministic algorithms where available"""
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = True
     """if toggled, cuda is used when available"""
     threads: int | None = None
