@@ -188,18 +188,17 @@ def stack_states(states: list) -> dict:
     return {key: torch.stack([s[key] for s in states]) for key in states[0]}
 
 
+def per_instance(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rollout data [T, M, N, ...] of instances ``index`` [B] -> [B, T * N, ...] (queries step-major)."""
+    return x[:, index].transpose(0, 1).flatten(1, 2)
+
+
 def minibatch_state(static: dict, steps: dict, index: torch.Tensor) -> dict:
     """The state of instances ``index`` [B] at all T stored steps: queries [B, T * N, ...]."""
-    state = {key: value[index] for key, value in static.items()}
-    for key, value in steps.items():
-        value = value[:, index].transpose(0, 1)
-        state[key] = value.reshape(value.shape[0], -1, *value.shape[3:])
-    return state
-
-
-def per_instance(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Rollout data [T, M, N] of instances ``index`` [B] -> [B, T * N], the query order of ``minibatch_state``."""
-    return x[:, index].transpose(0, 1).reshape(len(index), -1)
+    return {
+        **{key: value[index] for key, value in static.items()},
+        **{key: per_instance(value, index) for key, value in steps.items()},
+    }
 
 
 def compute_gae(
