@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from envs.instances import check_instances, kool_dataset
+from search.solutions import tour_length
 
 FILE_SUFFIXES = {".tsp": "tsp", ".vrp": "cvrp"}
 
@@ -43,12 +44,9 @@ class Dataset:
 
     def reported_length(self, index: int, tour: np.ndarray) -> float:
         """The length of ``tour`` (actions) of instance ``index`` in the data's own units."""
-        nodes = np.asarray(tour) if self.problem == "tsp" else np.concatenate([[0], tour])
-        path = self.node_points(index)[nodes]
-        if self.problem == "tsp":
-            path = np.concatenate([path, path[:1]])
-        edges = np.sqrt(((path[1:] - path[:-1]) ** 2).sum(-1))
-        return float(np.rint(edges).sum() if self.rounded else edges.sum())
+        closed = self.problem == "tsp"
+        nodes = tour if closed else np.concatenate([[0], tour])
+        return tour_length(self.node_points(index), nodes, closed=closed, rounded=self.rounded)
 
     def distance_matrix(self, index: int) -> np.ndarray:
         """Distances [A, A] between the nodes of instance ``index`` in reported units (for the
@@ -177,8 +175,7 @@ def file_reference(path: Path, problem: str, points: np.ndarray) -> float:
     if problem == "tsp" and tour_file.exists():
         lines = tour_file.read_text().split("TOUR_SECTION", 1)[-1].split()
         tour = [int(x) - 1 for x in lines if x.lstrip("-").isdigit() and int(x) > 0]
-        path_points = points[tour + tour[:1]]
-        return float(np.rint(np.sqrt(((path_points[1:] - path_points[:-1]) ** 2).sum(-1))).sum())
+        return tour_length(points, tour, closed=True, rounded=True)
     return float("nan")
 
 

@@ -11,13 +11,15 @@ class InvalidTourError(ValueError):
     """A decoded tour that is not a feasible solution."""
 
 
-def tour_length(points: np.ndarray, tour: np.ndarray, closed: bool) -> float:
+def tour_length(points: np.ndarray, tour: np.ndarray, closed: bool, rounded: bool = False) -> float:
     """Euclidean length of visiting ``points`` [A, 2] in the order ``tour``; ``closed`` adds the
-    return from the last node to the first."""
+    return from the last node to the first; ``rounded`` rounds each edge to the nearest integer
+    (TSPLIB's EUC_2D rule)."""
     path = points[np.asarray(tour)]
     if closed:
         path = np.concatenate([path, path[:1]])
-    return float(np.sqrt(((path[1:] - path[:-1]) ** 2).sum(-1)).sum())
+    edges = np.sqrt(((path[1:] - path[:-1]) ** 2).sum(-1))
+    return float((np.rint(edges) if rounded else edges).sum())
 
 
 def validate_tour(problem: str, tour: np.ndarray, num_nodes: int, demand: np.ndarray | None = None) -> None:
