@@ -21,14 +21,13 @@ from models.problems import PROBLEM_MODULES
 class Cache(NamedTuple):
     """What the encoder computes once per instance and every decode step reuses.
 
-    node_embeddings [B, A, d]; graph_context [B, 1, d] (projected mean node embedding);
-    glimpse_key, glimpse_value [B, H, A, d/H]; logit_key [B, A, d] (already multiplied by the
-    glimpse's output projection and by 1 / sqrt(d), so logits need no projection per query); node_context [B, A', S, d]
-    (each node's embedding projected by the S node slots of the step context; A' >= A when the context
-    adds virtual rows, such as TSP's placeholder).
+    graph_context [B, 1, d] (projected mean node embedding); glimpse_key, glimpse_value
+    [B, H, A, d/H]; logit_key [B, A, d] (already multiplied by the glimpse's output projection and by
+    1 / sqrt(d), so logits need no projection per query); node_context [B, A', S, d] (each node's
+    embedding projected by the S node slots of the step context; A' >= A when the context adds
+    virtual rows, such as TSP's placeholder).
     """
 
-    node_embeddings: torch.Tensor
     graph_context: torch.Tensor
     glimpse_key: torch.Tensor
     glimpse_value: torch.Tensor
@@ -89,7 +88,6 @@ class Decoder(nn.Module):
         """Builds the cache from node embeddings h [B, A, d] and the context's node rows."""
         glimpse_key, glimpse_value, logit_key = self.project_node(h).chunk(3, dim=-1)
         return Cache(
-            node_embeddings=h,
             graph_context=self.project_graph(h.mean(1, keepdim=True)),
             glimpse_key=split_heads(glimpse_key, self.num_heads),
             glimpse_value=split_heads(glimpse_value, self.num_heads),
