@@ -20,7 +20,7 @@ import tyro
 from tqdm import tqdm
 
 from models import CheckpointError, load_agent
-from search import DECODES, decode
+from search import decode
 from search.datasets import DataError, Dataset, load_data
 from search.references import solve_reference
 
@@ -70,8 +70,6 @@ class Args:
 
 
 def check_args(args: Args) -> None:
-    if args.decode not in DECODES:
-        sys.exit(f"error: --decode must be one of {DECODES}")
     if not 1 <= args.augment <= 8:
         sys.exit(f"error: --augment must be between 1 and 8, got {args.augment}")
     for name in ("num_instances", "num_starts", "num_nodes"):
