@@ -1,6 +1,7 @@
 """PPO for routing problems with the Attention Model, in the style of CleanRL's ppo.py.
 
-    python ppo_or.py --env-id tsp-v0                  # TSP50 with the paper's settings
+    python ppo_or.py --env-id tsp-v0                  # TSP50: multi-start rollouts, shared baseline
+    python ppo_or.py --env-id tsp-v0 --preset rlor    # TSP50 with the paper's settings
     python ppo_or.py --env-id cvrp-v0 --num-nodes 20
     python ppo_or.py --resume runs/<run>/ckpt/100.pt  # continue a stopped run
     torchrun --standalone --nproc_per_node 4 ppo_or.py --env-id tsp-v0 --num-envs 256  # 4 GPUs / processes
@@ -10,6 +11,11 @@ encoded once per rollout and every step decodes from that cache, all N trajector
 against its one encoding. The update splits the instances into minibatches, re-encodes each with
 gradients and decodes all stored steps of its instances in one batch. A global step is one step of
 one instance (all its N trajectories); node selections count trajectory-steps.
+
+Two presets: ``ppo-or`` (the default) starts the N trajectories of an instance from N distinct
+first nodes and scores each trajectory against the mean of its instance's trajectories (POMO's
+shared baseline inside PPO's clipped objective); ``rlor`` is the paper's algorithm (sampled first
+node, critic and GAE).
 """
 
 import json
@@ -18,7 +24,8 @@ import random
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -27,9 +34,10 @@ import torch.distributed as dist
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
-from envs import ENV_IDS, kool_dataset
+from envs import ENV_IDS, kool_dataset, random_instances
 from models import Agent, StateWrapper, read_checkpoint, save_checkpoint
-from search import decode
+from search import augment, decode
+from search.references import kool_references
 
 
 @dataclass
@@ -51,6 +59,9 @@ class Args:
     wandb_entity: str | None = None
     """the entity (team) of the wandb project"""
 
+    preset: Literal["ppo-or", "rlor"] = "ppo-or"
+    """ppo-or: multi-start rollouts with the shared baseline (these defaults); rlor: the paper's settings
+    (sampled first node, critic + GAE, 50 trajectories); arguments given with it override the preset's values"""
     env_id: str = "tsp-v0"
     """the environment: tsp-v0 or cvrp-v0"""
     num_nodes: int = 50
@@ -61,8 +72,21 @@ class Args:
     """the learning rate of the optimizer (Adam, no weight decay)"""
     num_envs: int = 1024
     """M: problem instances per rollout"""
-    n_traj: int = 50
-    """N: trajectories per instance, sampled in parallel from one encoding"""
+    n_traj: int | None = None
+    """N: trajectories per instance, sampled in parallel from one encoding (default: one per start node with
+    --multi-start, else 50)"""
+    multi_start: bool = True
+    """start the N trajectories of an instance from N distinct first nodes (TSP: nodes, CVRP: customers), as
+    POMO does: all of them if N equals their number, else a uniformly random subset per instance"""
+    train_start: bool = True
+    """with --multi-start: train the first-node choice too (greedy decoding uses it), with the clipped
+    objective's exact expectation over the enumerated starts; otherwise the forced first step is not in the loss"""
+    baseline: Literal["critic", "shared"] = "shared"
+    """the advantage: shared (a trajectory's return minus the mean return of its instance's N x K trajectories,
+    POMO's baseline, at every step; no critic) or critic (GAE on the learned value, as in the paper)"""
+    train_augment: int = 1
+    """K (1..8): each sampled instance is rolled out in K symmetric copies of the unit square whose trajectories
+    share one baseline (Sym-NCO); --num-envs counts the copies, so M / K instances are drawn per rollout"""
     num_steps: int | None = None
     """steps per rollout (default: the longest possible episode, n + 1 for TSP and 2n for CVRP); a rollout
     also stops when every trajectory has finished, and an unfinished episode continues in the next rollout"""
@@ -95,8 +119,13 @@ class Args:
     amp: bool = False
     """bf16 autocast of the model on a CUDA GPU (losses and advantages stay float32)"""
 
+    total_seconds: float | None = None
+    """stop after this much training wall time (summed over resumes), with a checkpoint; the learning rate then
+    anneals over whichever of total_timesteps and total_seconds runs out first"""
     checkpoint_interval: int = 100
     """write a checkpoint every this many iterations (and at the end); 0 writes only the final one"""
+    checkpoint_seconds: float = 600.0
+    """also write a checkpoint each time the training wall time passes a multiple of this; 0 disables"""
     eval_interval: int = 100
     """evaluate greedy and multi-greedy decoding on the validation set every this many iterations; 0 disables"""
     eval_instances: int = 1000
@@ -107,6 +136,32 @@ class Args:
     """path of a checkpoint to continue; its run directory and settings are used"""
 
 
+PRESETS = {
+    "ppo-or": Args(),
+    "rlor": Args(preset="rlor", n_traj=50, multi_start=False, baseline="critic"),
+}
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    """tyro's command line over the defaults of the preset that ``--preset`` names."""
+    argv = sys.argv[1:] if argv is None else argv
+    name = "ppo-or"
+    for i, arg in enumerate(argv):
+        if arg == "--preset" and i + 1 < len(argv):
+            name = argv[i + 1]
+        elif arg.startswith("--preset="):
+            name = arg.split("=", 1)[1]
+    return tyro.cli(Args, default=PRESETS.get(name, PRESETS["ppo-or"]), args=argv)
+
+
+def with_defaults(args: Args) -> Args:
+    """Fills the settings whose default depends on others: N is one trajectory per start node with
+    --multi-start (every TSP node, every CVRP customer: num_nodes of them), else 50."""
+    if args.n_traj is None:
+        return replace(args, n_traj=args.num_nodes if args.multi_start else 50)
+    return args
+
+
 def check_args(args: Args) -> None:
     """Rejects impossible settings before anything starts; the message names the argument."""
     problems = []
@@ -114,6 +169,25 @@ def check_args(args: Args) -> None:
         problems.append(f"--env-id must be one of {sorted(ENV_IDS)}, got {args.env_id!r}")
     if args.num_nodes < 2:
         problems.append(f"--num-nodes must be at least 2, got {args.num_nodes}")
+    if args.multi_start and args.n_traj > args.num_nodes:
+        problems.append(
+            f"--n-traj {args.n_traj} exceeds the {args.num_nodes} start nodes of --multi-start "
+            "(use --n-traj <= --num-nodes or --no-multi-start)"
+        )
+    if not 1 <= args.train_augment <= 8:
+        problems.append(
+            f"--train-augment must be between 1 and 8 (the symmetries of the square), got {args.train_augment}"
+        )
+    elif args.num_envs % args.train_augment:
+        problems.append(
+            f"--train-augment {args.train_augment} does not divide --num-envs {args.num_envs} (it counts the copies)"
+        )
+    if args.baseline == "shared" and args.n_traj * args.train_augment < 2:
+        problems.append("--baseline shared needs at least 2 trajectories per instance (--n-traj x --train-augment)")
+    if args.total_seconds is not None and args.total_seconds <= 0:
+        problems.append(f"--total-seconds must be positive, got {args.total_seconds}")
+    if args.checkpoint_seconds < 0:
+        problems.append(f"--checkpoint-seconds must be >= 0, got {args.checkpoint_seconds}")
     for name in (
         "num_envs",
         "n_traj",
@@ -146,7 +220,9 @@ def check_args(args: Args) -> None:
 
 RESUME_OVERRIDES = (
     "total_timesteps",
+    "total_seconds",
     "checkpoint_interval",
+    "checkpoint_seconds",
     "eval_interval",
     "eval_instances",
     "eval_batch_size",
@@ -162,15 +238,19 @@ RESUME_OVERRIDES = (
 def resumed_args(args: Args) -> tuple[Args, dict]:
     """Loads the checkpoint named by --resume and returns its settings with --resume kept. Arguments
     in RESUME_OVERRIDES given with a non-default value override the saved ones (e.g. a longer
-    --total-timesteps); any other argument given must not differ from the checkpoint's."""
+    --total-timesteps); any other argument given must not differ from the checkpoint's. Checkpoints
+    written before the presets existed were trained with the rlor settings."""
     try:
         ckpt = read_checkpoint(args.resume)
     except ValueError as exc:
         sys.exit(f"error: --resume: {exc}")
     if "args" not in ckpt or "optimizer" not in ckpt:
         sys.exit(f"error: --resume: {args.resume} holds weights only, not a training state (use it with eval.py)")
-    saved = {f.name: ckpt["args"][f.name] for f in fields(Args) if f.name in ckpt["args"]}
-    defaults = Args()
+    saved = {
+        **asdict(PRESETS["rlor"]),
+        **{f.name: ckpt["args"][f.name] for f in fields(Args) if f.name in ckpt["args"]},
+    }
+    defaults = PRESETS[args.preset]
     for f in fields(Args):
         value = getattr(args, f.name)
         if f.name == "resume" or value == getattr(defaults, f.name) or value == saved.get(f.name):
@@ -218,6 +298,27 @@ def compute_gae(
     return advantages
 
 
+def first_nodes(start_actions: torch.Tensor, num_envs: int, n_traj: int) -> torch.Tensor:
+    """Distinct first actions [M, N] for a multi-start rollout from the S ``start_actions`` [S]:
+    all of them in order when N = S, else a uniformly random subset per instance (every start is
+    then trained equally often, and the sum over a subset, scaled by S / N, is an unbiased
+    estimate of the sum over all starts)."""
+    if n_traj == len(start_actions):
+        return start_actions.expand(num_envs, -1)
+    order = torch.rand(num_envs, len(start_actions), device=start_actions.device).argsort(-1)
+    return start_actions[order[:, :n_traj]]
+
+
+def shared_advantages(rewards: torch.Tensor, copies: int) -> torch.Tensor:
+    """POMO's shared baseline: rewards [T, M, N] of episodes that all finished inside the rollout ->
+    advantages [T, M, N]: each trajectory's return minus the mean return of the N x K trajectories
+    of its instance (the K symmetric copies of an instance lie at m, m + M / K, ..., as
+    ``search.augment`` orders them), the same at every step of the trajectory."""
+    steps, num_envs, n_traj = rewards.shape
+    returns = rewards.sum(0).view(copies, num_envs // copies, n_traj)
+    return (returns - returns.mean((0, 2), keepdim=True)).view(num_envs, n_traj).expand(steps, num_envs, n_traj)
+
+
 def all_sum(x: torch.Tensor) -> torch.Tensor:
     """Sum over the data-parallel processes (x itself in a single process); no gradient."""
     if dist.is_initialized():
@@ -246,14 +347,20 @@ def ppo_loss(
 ) -> tuple[torch.Tensor, dict]:
     """The clipped PPO loss of instances ``index`` [B] over their stored steps, and its statistics.
 
-    ``batch`` holds rollout tensors [T, M, N] (actions, logprobs, values, advantages, returns, alive).
-    Means run over the live steps (trajectories not finished yet) of every process: counts and
-    advantage statistics are summed across processes, and each process's loss is scaled so that the
-    averaged gradient equals that of one process holding all the instances.
+    ``batch`` holds rollout tensors [T, M, N]: actions, logprobs, advantages, alive (the steps in the
+    loss), with the critic values and returns, and with --multi-start weights (each live step's weight
+    in the policy loss: 1, and for a forced first step S x its old probability, S the number of start
+    nodes, which turns the sum over the enumerated starts into the expectation over the first-node
+    policy). Means run over the live steps of every process: counts and advantage statistics are
+    summed across processes, and each process's loss is scaled so that the averaged gradient equals
+    that of one process holding all the instances.
     """
     mb = {key: per_instance(value, index) for key, value in batch.items()}
-    _, newlogprob, entropy, newvalue = agent.get_action_and_value(minibatch_state(static, steps, index), mb["actions"])
-    newlogprob, entropy, newvalue = newlogprob.float(), entropy.float(), newvalue.float()
+    critic = args.baseline == "critic"
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(
+        minibatch_state(static, steps, index), mb["actions"], with_value=critic
+    )
+    newlogprob, entropy = newlogprob.float(), entropy.float()
     alive = mb["alive"].float()
     count = all_sum(alive.sum()).clamp(min=1)
     world = dist.get_world_size() if dist.is_initialized() else 1
@@ -275,28 +382,33 @@ def ppo_loss(
     # policy loss
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-    pg_loss = loss_mean(torch.max(pg_loss1, pg_loss2))
+    pg_loss = torch.max(pg_loss1, pg_loss2)
+    pg_loss = loss_mean(pg_loss * mb["weights"] if "weights" in mb else pg_loss)
+    entropy_loss = loss_mean(entropy)
+    loss = pg_loss - args.ent_coef * entropy_loss
+    stats = {"policy_loss": pg_loss.item() / world, "entropy": entropy_loss.item() / world}
 
     # value loss
-    if args.clip_vloss:
-        v_loss_unclipped = (newvalue - mb["returns"]) ** 2
-        v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -args.clip_coef, args.clip_coef)
-        v_loss_clipped = (v_clipped - mb["returns"]) ** 2
-        v_loss = 0.5 * loss_mean(torch.max(v_loss_unclipped, v_loss_clipped))
-    else:
-        v_loss = 0.5 * loss_mean((newvalue - mb["returns"]) ** 2)
+    if critic:
+        newvalue = newvalue.float()
+        if args.clip_vloss:
+            v_loss_unclipped = (newvalue - mb["returns"]) ** 2
+            v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -args.clip_coef, args.clip_coef)
+            v_loss_clipped = (v_clipped - mb["returns"]) ** 2
+            v_loss = 0.5 * loss_mean(torch.max(v_loss_unclipped, v_loss_clipped))
+        else:
+            v_loss = 0.5 * loss_mean((newvalue - mb["returns"]) ** 2)
+        loss = loss + v_loss * args.vf_coef
+        stats["value_loss"] = v_loss.item() / world
 
-    entropy_loss = loss_mean(entropy)
-    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-    stats = {
-        "policy_loss": pg_loss.item() / world,
-        "value_loss": v_loss.item() / world,
-        "entropy": entropy_loss.item() / world,
-        # calculate approx_kl http://joschu.net/blog/kl-approx.html
-        "old_approx_kl": global_mean(-logratio),
-        "approx_kl": global_mean((ratio - 1) - logratio),
-        "clipfrac": global_mean(((ratio - 1.0).abs() > args.clip_coef).float()),
-    }
+    stats.update(
+        {
+            # calculate approx_kl http://joschu.net/blog/kl-approx.html
+            "old_approx_kl": global_mean(-logratio),
+            "approx_kl": global_mean((ratio - 1) - logratio),
+            "clipfrac": global_mean(((ratio - 1.0).abs() > args.clip_coef).float()),
+        }
+    )
     return loss, stats
 
 
@@ -342,19 +454,36 @@ def finish_processes(world_size: int) -> None:
         dist.destroy_process_group()
 
 
-def evaluate(agent: Agent, data: dict, batch_size: int) -> dict:
-    """Mean greedy and multi-greedy tour lengths on ``data`` (the periodic evaluation)."""
+def evaluate(agent: Agent, data: dict, batch_size: int, references: np.ndarray | None) -> dict:
+    """Mean greedy and multi-greedy tour lengths on ``data`` (the periodic evaluation), and their
+    mean gaps in percent against ``references`` [B] where there are any."""
     agent.eval()
-    greedy = decode(agent, data, "greedy", batch_size=batch_size)
-    multi = decode(agent, data, "multi-greedy", batch_size=batch_size)
+    results = {"greedy": decode(agent, data, "greedy", batch_size=batch_size)}
+    results["multi_greedy"] = decode(agent, data, "multi-greedy", batch_size=batch_size)
     agent.train()
-    return {"eval/greedy_length": greedy.lengths.mean(), "eval/multi_greedy_length": multi.lengths.mean()}
+    out = {}
+    for name, result in results.items():
+        out[f"eval/{name}_length"] = result.lengths.mean()
+        if references is not None:
+            out[f"eval/{name}_gap"] = 100 * (result.lengths / references - 1).mean()
+    return out
+
+
+def synced(value: float, device: torch.device) -> float:
+    """The largest of ``value`` over the data-parallel processes, so that they all take the same
+    time-based decisions."""
+    if not dist.is_initialized():
+        return value
+    x = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    return x.item()
 
 
 def main(args: Args) -> None:
     ckpt = None
     if args.resume:
         args, ckpt = resumed_args(args)
+    args = with_defaults(args)
     check_args(args)
     problem = ENV_IDS[args.env_id]
 
@@ -397,26 +526,43 @@ def main(args: Args) -> None:
         n_traj=args.n_traj,
     )
     num_steps = args.num_steps or envs.max_episode_steps
+    if args.baseline == "shared" and num_steps < envs.max_episode_steps:
+        sys.exit(
+            f"error: --baseline shared needs whole episodes in a rollout: --num-steps {num_steps} is below the "
+            f"{envs.max_episode_steps} steps an episode may take (drop --num-steps or use --baseline critic)"
+        )
     wrapper = StateWrapper(problem, device)
-    val_data = (
-        kool_dataset(problem, args.num_nodes, "val", args.eval_instances) if args.eval_interval and is_main else None
-    )
+    val_data, val_references = None, None
+    if args.eval_interval and is_main:
+        val_data = kool_dataset(problem, args.num_nodes, "val", args.eval_instances)
+        val_references = kool_references(problem, args.num_nodes, "val", args.eval_instances, "runs/references")
+    start_actions = torch.as_tensor(envs.unwrapped.start_actions, device=device)
+
+    def new_episodes() -> dict:
+        """Resets the envs on fresh instances: M / K drawn ones in K symmetric copies each."""
+        if args.train_augment == 1:
+            return envs.reset()[0]
+        drawn = random_instances(problem, envs.unwrapped.rng, args.num_envs // args.train_augment, args.num_nodes)
+        return envs.reset(options=augment(drawn, args.train_augment))[0]
 
     agent = Agent(problem).to(device)
     torch.manual_seed(args.seed + rank)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
-    global_step, iteration = 0, 0
-    next_obs, _ = envs.reset(seed=args.seed + rank)
+    global_step, iteration, elapsed = 0, 0, 0.0
+    next_obs, _ = envs.reset(seed=args.seed + rank)  # seeds the env's generator
+    if args.train_augment > 1:
+        next_obs = new_episodes()
     if ckpt:
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         global_step, iteration = ckpt["global_step"], ckpt["iteration"]
+        elapsed = ckpt.get("elapsed_seconds", 0.0)
         rng = ckpt["rank_rng"][rank]
         torch.set_rng_state(rng["torch"])
         if use_cuda and "cuda" in rng:
             torch.cuda.set_rng_state(rng["cuda"], device)
         envs.unwrapped.rng.bit_generator.state = rng["env"]
-        next_obs, _ = envs.reset()  # the episode in progress at the checkpoint starts afresh
+        next_obs = new_episodes()  # the episode in progress at the checkpoint starts afresh
 
     writer = None
     if is_main:
@@ -465,6 +611,7 @@ def main(args: Args) -> None:
             "run_name": run_name,
             "global_step": global_step,
             "iteration": iteration,
+            "elapsed_seconds": elapsed,
             "world_size": world_size,
             "rank_rng": rank_rng,
         }
@@ -479,20 +626,30 @@ def main(args: Args) -> None:
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)
     episode_return = np.zeros((args.num_envs, args.n_traj))
     episode_length = np.zeros((args.num_envs, args.n_traj), dtype=np.int64)
-    start_time, start_step = time.time(), global_step
-    while global_step < args.total_timesteps and not stop.requested:
+    critic = args.baseline == "critic"
+    start_time, start_step, clock = time.time(), global_step, time.time() - elapsed
+    next_wall_checkpoint = (
+        (elapsed // args.checkpoint_seconds + 1) * args.checkpoint_seconds if args.checkpoint_seconds else None
+    )
+
+    def out_of_time() -> bool:
+        return args.total_seconds is not None and elapsed >= args.total_seconds
+
+    while global_step < args.total_timesteps and not out_of_time() and not stop.requested:
         iteration += 1
         if args.anneal_lr:
-            frac = max(0.0, 1.0 - global_step / args.total_timesteps)
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+            done = global_step / args.total_timesteps
+            if args.total_seconds is not None:
+                done = max(done, elapsed / args.total_seconds)
+            optimizer.param_groups[0]["lr"] = max(0.0, 1.0 - done) * args.learning_rate
 
         # rollout: encode each instance once, decode every step from the cache
         rollout_start = time.time()
         if envs.unwrapped.terminated.all():
-            next_obs, _ = envs.reset()
+            next_obs = new_episodes()
             episode_return[:], episode_length[:] = 0, 0
         static = wrapper.static(next_obs)
-        states, actions, logprobs, values, rewards, dones, alive = [], [], [], [], [], [], []
+        states, actions, logprobs, values, rewards, dones, alive, weights = [], [], [], [], [], [], [], []
         with torch.no_grad(), autocast:
             cache = agent.encode(static) if args.encoder_cache else None
             for _ in range(num_steps):
@@ -500,18 +657,29 @@ def main(args: Args) -> None:
                 if not running.any():
                     break
                 state = wrapper.state(static, next_obs)
-                action, logprob, _, value = agent.get_action_and_value(state, cache=cache)
+                forced = args.multi_start and envs.unwrapped.steps == 0
+                action, logprob, _, value = agent.get_action_and_value(
+                    state,
+                    first_nodes(start_actions, args.num_envs, args.n_traj) if forced else None,
+                    cache=cache,
+                    with_value=critic,
+                )
                 next_obs, reward, terminations, _, _ = envs.step(action.cpu().numpy())
                 episode_return += reward
                 episode_length += running
                 states.append({k: v for k, v in state.items() if k not in static})
                 actions.append(action)
                 logprobs.append(logprob.float())
-                values.append(value.float())
+                if critic:
+                    values.append(value.float())
                 rewards.append(torch.as_tensor(reward, dtype=torch.float32, device=device))
                 dones.append(torch.as_tensor(terminations, device=device))
-                alive.append(torch.as_tensor(running, device=device))
-            next_value = agent.get_value(wrapper.state(static, next_obs), cache=cache).float()
+                live = torch.as_tensor(running, device=device)
+                alive.append(live & args.train_start if forced else live)
+                if args.multi_start:
+                    weights.append(len(start_actions) * logprob.float().exp() if forced else alive[-1].float())
+            if critic:
+                next_value = agent.get_value(wrapper.state(static, next_obs), cache=cache).float()
         # instance-steps of every process (CVRP rollouts end at different steps on each)
         global_step += int(all_sum(torch.tensor(len(states) * args.num_envs, device=device)).item())
         episode_done = envs.unwrapped.terminated.all()
@@ -522,11 +690,16 @@ def main(args: Args) -> None:
             log("charts/tour_length", tour_length.mean())
             log("charts/best_tour_length", tour_length.min(1).mean())
         steps = stack_states(states)
-        batch = {"actions": torch.stack(actions), "logprobs": torch.stack(logprobs), "values": torch.stack(values)}
-        batch["alive"], rewards, dones = torch.stack(alive), torch.stack(rewards), torch.stack(dones)
-
-        advantages = compute_gae(rewards, batch["values"], dones, next_value, args.gamma, args.gae_lambda)
-        batch["advantages"], batch["returns"] = advantages, advantages + batch["values"]
+        batch = {"actions": torch.stack(actions), "logprobs": torch.stack(logprobs), "alive": torch.stack(alive)}
+        rewards, dones = torch.stack(rewards), torch.stack(dones)
+        if args.multi_start:
+            batch["weights"] = torch.stack(weights) * batch["alive"]
+        if critic:
+            batch["values"] = torch.stack(values)
+            advantages = compute_gae(rewards, batch["values"], dones, next_value, args.gamma, args.gae_lambda)
+            batch["advantages"], batch["returns"] = advantages, advantages + batch["values"]
+        else:
+            batch["advantages"] = shared_advantages(rewards, args.train_augment)
         rollout_time = time.time() - rollout_start
 
         # optimizing the policy and value network over minibatches of instances
@@ -549,18 +722,19 @@ def main(args: Args) -> None:
             if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                 break
         update_time = time.time() - update_start
-
-        live = batch["alive"].flatten()
-        y_pred, y_true = batch["values"].flatten()[live], batch["returns"].flatten()[live]
-        var_y = y_true.var()
-        explained_var = np.nan if var_y == 0 else (1 - (y_true - y_pred).var() / var_y).item()
+        elapsed = synced(time.time() - clock, device)
 
         sps = int((global_step - start_step) / (time.time() - start_time))
         log("charts/learning_rate", optimizer.param_groups[0]["lr"])
-        for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
-            log(f"losses/{name}", stats[name])
+        for name, value in stats.items():
+            if name != "clipfrac":
+                log(f"losses/{name}", value)
         log("losses/clipfrac", np.mean(clipfracs))
-        log("losses/explained_variance", explained_var)
+        if critic:
+            live = batch["alive"].flatten()
+            y_pred, y_true = batch["values"].flatten()[live], batch["returns"].flatten()[live]
+            var_y = y_true.var()
+            log("losses/explained_variance", np.nan if var_y == 0 else (1 - (y_true - y_pred).var() / var_y).item())
         log("charts/SPS", sps)
         log("charts/node_selections_per_second", sps * args.n_traj)
         log("charts/rollout_seconds", rollout_time)
@@ -573,14 +747,18 @@ def main(args: Args) -> None:
             line += f" tour_length={tour_length.mean():.4f} best_tour_length={tour_length.min(1).mean():.4f}"
 
         if is_main and args.eval_interval and iteration % args.eval_interval == 0:
-            for tag, value in evaluate(agent, val_data, args.eval_batch_size).items():
+            for tag, value in evaluate(agent, val_data, args.eval_batch_size, val_references).items():
                 log(tag, value)
                 line += f" {tag}={value:.4f}"
         if is_main:
             print(line, flush=True)
         stop.synchronize(device)
-        if args.checkpoint_interval and iteration % args.checkpoint_interval == 0 and not stop.requested:
-            write_checkpoint()
+        wall_checkpoint = next_wall_checkpoint is not None and elapsed >= next_wall_checkpoint
+        if wall_checkpoint:
+            next_wall_checkpoint = (elapsed // args.checkpoint_seconds + 1) * args.checkpoint_seconds
+        if args.checkpoint_interval and iteration % args.checkpoint_interval == 0 or wall_checkpoint:
+            if not stop.requested and not out_of_time() and global_step < args.total_timesteps:
+                write_checkpoint()
 
     if stop.requested:
         path = write_checkpoint()
@@ -590,8 +768,10 @@ def main(args: Args) -> None:
         finish_processes(world_size)
         sys.exit(130)
     if is_main and args.eval_interval and iteration % args.eval_interval:
-        for tag, value in evaluate(agent, val_data, args.eval_batch_size).items():
+        results = evaluate(agent, val_data, args.eval_batch_size, val_references)
+        for tag, value in results.items():
             log(tag, value)
+        print("final evaluation: " + " ".join(f"{tag}={value:.4f}" for tag, value in results.items()), flush=True)
     path = write_checkpoint()
     if world_size > 1:
         report_parameter_agreement(agent, is_main)
@@ -603,4 +783,4 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    main(parse_args())

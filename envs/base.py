@@ -18,8 +18,9 @@ class RoutingVectorEnv(VectorEnv):
     """Base class; subclasses define the problem's dynamics.
 
     Subclass hooks: ``problem`` (name), ``num_actions`` (A), ``max_episode_steps``,
-    ``_dynamic_spaces(shape)``, ``_start()`` (initial dynamic state) and ``_move(action)`` (one
-    step; returns reward [M, N]).
+    ``start_actions`` (the first actions that start distinct trajectories, for multi-start
+    rollouts), ``_dynamic_spaces(shape)``, ``_start()`` (initial dynamic state) and
+    ``_move(action)`` (one step; returns reward [M, N]).
     """
 
     metadata = {"autoreset_mode": AutoresetMode.DISABLED}

@@ -34,6 +34,11 @@ class CVRPVectorEnv(RoutingVectorEnv):
         """Worst case: a return to the depot after every customer."""
         return 2 * self.num_nodes
 
+    @property
+    def start_actions(self) -> np.ndarray:
+        """Every customer can be the first (the depot may not be chosen twice in a row)."""
+        return np.arange(1, self.num_nodes + 1)
+
     def _dynamic_spaces(self, lead: tuple) -> dict:
         return {
             "depot": gym.spaces.Box(0.0, 1.0, (*lead, 2), np.float64),

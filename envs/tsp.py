@@ -30,6 +30,11 @@ class TSPVectorEnv(RoutingVectorEnv):
     def max_episode_steps(self) -> int:
         return self.num_nodes + 1
 
+    @property
+    def start_actions(self) -> np.ndarray:
+        """Every node can start a tour."""
+        return np.arange(self.num_nodes)
+
     def _dynamic_spaces(self, lead: tuple) -> dict:
         shape = (*lead, self.n_traj)
         return {

@@ -26,10 +26,12 @@ class Agent(AttentionModel):
         action: torch.Tensor | None = None,
         cache: Cache | None = None,
         greedy: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        with_value: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Returns action [B, N] (sampled, or the argmax if ``greedy``, unless given), its
-        log-probability [B, N], the policy entropy [B, N] and the value [B, N]."""
-        logits, value = self(self.encode(state) if cache is None else cache, state)
+        log-probability [B, N], the policy entropy [B, N] and the value [B, N] (None unless
+        ``with_value``: the critic is skipped)."""
+        logits, value = self(self.encode(state) if cache is None else cache, state, with_value)
         logp = torch.log_softmax(logits, dim=-1)  # -inf on masked actions
         if action is None:
             action = logits.argmax(-1) if greedy else sample(logp)

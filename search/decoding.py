@@ -89,8 +89,7 @@ def rollout(
             raise RuntimeError(f"{problem} rollout did not finish within {env.max_episode_steps} steps")
         mask = obs["action_mask"]
         if num_starts == num_nodes and not actions:
-            first = env.num_actions - num_nodes  # the first start node: TSP 0, CVRP 1 (customer 0)
-            action = np.broadcast_to(np.arange(first, first + num_nodes), (num_envs, n_traj))
+            action = np.broadcast_to(env.start_actions, (num_envs, n_traj))
         elif mask[0, 0].sum() == 1 and (mask.sum(-1) == 1).all():  # cheap test on one trajectory first
             action = mask.argmax(-1)
         else:

@@ -8,9 +8,12 @@ otherwise (so the reference length is re-measured on the returned tour, in repor
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from search.datasets import Dataset
+from envs.instances import KOOL_SEEDS
+from search.datasets import Dataset, load_data
 
 UNIT_SCALE = 10_000
 SOLVERS = {"lkh": "tsp", "pyvrp": "cvrp"}
@@ -65,3 +68,33 @@ def pyvrp_tour(dataset: Dataset, index: int, dist: np.ndarray, seconds: float) -
     for route in result.best.routes():
         tour += [activity.idx + 1 for activity in route if activity.is_client()] + [0]
     return np.asarray(tour)
+
+
+def kool_references(problem: str, num_nodes: int, split: str, count: int, cache_dir: str) -> np.ndarray | None:
+    """LKH lengths [count] of the first ``count`` instances of a Kool et al. set (unit square), for
+    the gaps of the trainer's periodic evaluation. TSP only (a CVRP reference takes PyVRP seconds
+    per instance); computed once with elkai and cached as an .npy in ``cache_dir``. None (with a
+    note) where they cannot be had."""
+    if problem != "tsp":
+        return None
+    path = os.path.join(cache_dir, f"tsp{num_nodes}_{split}_seed{KOOL_SEEDS[split]}_first{count}_lkh.npy")
+    try:
+        cached = np.load(path, allow_pickle=False)
+        if cached.shape == (count,):
+            return cached
+    except (OSError, ValueError, EOFError):
+        pass  # missing or unreadable: computed again below
+    try:
+        import elkai  # noqa: F401
+    except ImportError:
+        print("note: no validation gaps (they need elkai for LKH references: pip install elkai)", flush=True)
+        return None
+    print(f"computing LKH references for {count} validation instances once (cached in {path})", flush=True)
+    (data,) = load_data(f"kool-{split}", "tsp", num_nodes, count)
+    lengths = np.array([solve_reference(data, i, "lkh", 0.0) for i in range(count)])
+    os.makedirs(cache_dir, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        np.save(f, lengths)
+    os.replace(tmp, path)
+    return lengths

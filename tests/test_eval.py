@@ -121,6 +121,25 @@ def test_reference_solvers_on_the_fly(tmp_path, small_checkpoints):
     assert "solves TSP" in fails("--checkpoint", str(small_checkpoints["cvrp"]), "--reference-solver", "lkh")
 
 
+def test_validation_references_are_computed_once_and_cached(tmp_path):
+    """The trainer's gap references: LKH on the first Kool instances, cached as an .npy. On TSP20
+    they equal the shared LKH lengths of the test set (LKH is optimal there)."""
+    pytest.importorskip("elkai", reason="elkai is an optional extra")
+    from search.references import kool_references
+
+    lengths = kool_references("tsp", 20, "test", 20, str(tmp_path))
+    cached = tmp_path / "tsp20_test_seed1234_first20_lkh.npy"
+    assert cached.exists() and np.array_equal(np.load(cached), lengths)
+    shared = SHARED / "references" / "tsp20_test_seed1234_lkh.npy"
+    if shared.exists():
+        np.testing.assert_allclose(lengths, np.load(shared)[:20], rtol=1e-6)
+    np.save(cached, np.arange(20.0))  # a second call reads the cache instead of solving again
+    assert np.array_equal(kool_references("tsp", 20, "test", 20, str(tmp_path)), np.arange(20.0))
+    cached.write_bytes(b"broken")  # an unreadable cache is computed again
+    assert np.array_equal(kool_references("tsp", 20, "test", 20, str(tmp_path)), lengths)
+    assert kool_references("cvrp", 20, "val", 20, str(tmp_path)) is None
+
+
 @pytest.mark.parametrize(
     ("arrays", "message"),
     [

@@ -1,6 +1,9 @@
+import importlib.util
+import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,16 +25,16 @@ TAGS = {
     "charts/SPS",
     "charts/tour_length",
     "charts/best_tour_length",
-    "losses/value_loss",
     "losses/policy_loss",
     "losses/entropy",
     "losses/old_approx_kl",
     "losses/approx_kl",
     "losses/clipfrac",
-    "losses/explained_variance",
     "eval/greedy_length",
     "eval/multi_greedy_length",
 }
+CRITIC_TAGS = {"losses/value_loss", "losses/explained_variance"}
+GAP_TAGS = {"eval/greedy_gap", "eval/multi_greedy_gap"}
 
 
 def train(tmp_path, *args, check=True):
@@ -48,14 +51,21 @@ def run_dir(tmp_path):
     return directory
 
 
+@pytest.mark.parametrize("preset", ["ppo-or", "rlor"])
 @pytest.mark.parametrize("env_id", ["tsp-v0", "cvrp-v0"])
-def test_smoke_run_logs_and_checkpoints(tmp_path, env_id):
-    train(tmp_path, "--env-id", env_id, "--num-nodes", "6", "--total-timesteps", "200", "--eval-interval", "2", *TINY)
+def test_smoke_run_logs_and_checkpoints(tmp_path, env_id, preset):
+    args = ["--env-id", env_id, "--num-nodes", "6", "--total-timesteps", "200", "--eval-interval", "2", *TINY]
+    train(tmp_path, *args, "--preset", preset)
     directory = run_dir(tmp_path)
     assert directory.name.startswith(f"{env_id}__ppo_or__1__")
     events = EventAccumulator(str(directory))
     events.Reload()
-    assert TAGS <= set(events.Tags()["scalars"])
+    tags = set(events.Tags()["scalars"])
+    assert TAGS <= tags
+    assert CRITIC_TAGS & tags == (CRITIC_TAGS if preset == "rlor" else set()), "the critic is trained by rlor only"
+    if env_id == "tsp-v0" and importlib.util.find_spec("elkai"):
+        assert GAP_TAGS <= tags
+        assert list((tmp_path / "runs" / "references").glob("tsp6_val_seed4321_first20_lkh.npy"))
     checkpoints = sorted((directory / "ckpt").iterdir())
     assert checkpoints and not [p for p in checkpoints if p.suffix != ".pt"]
     agent, ckpt = load_agent(checkpoints[-1], problem=env_id[:-3])
@@ -64,7 +74,7 @@ def test_smoke_run_logs_and_checkpoints(tmp_path, env_id):
 
 def test_resumed_run_reaches_the_same_parameters(tmp_path):
     args = ["--env-id", "cvrp-v0", "--num-nodes", "6", "--total-timesteps", "300", "--eval-interval", "0", *TINY]
-    train(tmp_path, *args, "--checkpoint-interval", "2")
+    train(tmp_path, *args, "--checkpoint-interval", "2", "--train-augment", "2")
     ckpt_dir = run_dir(tmp_path) / "ckpt"
     final = max(ckpt_dir.iterdir(), key=lambda p: int(p.stem))
     assert int(final.stem) >= 4, "the run must be long enough to stop half-way"
@@ -118,6 +128,13 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes(tmp_path):
         (["--env-id", "vrp-v9"], "--env-id must be one of"),
         (["--n-traj", "0"], "--n-traj must be at least 1"),
         (["--resume", "missing.pt"], "--resume: checkpoint missing.pt does not exist"),
+        (["--num-nodes", "6", "--n-traj", "7"], "--n-traj 7 exceeds the 6 start nodes of --multi-start"),
+        (["--num-envs", "8", "--train-augment", "3"], "--train-augment 3 does not divide --num-envs 8"),
+        (["--train-augment", "9"], "--train-augment must be between 1 and 8"),
+        (["--n-traj", "1"], "--baseline shared needs at least 2 trajectories per instance"),
+        (["--num-nodes", "6", "--num-steps", "3"], "--baseline shared needs whole episodes in a rollout"),
+        (["--total-seconds", "0"], "--total-seconds must be positive"),
+        (["--preset", "pomo"], "pomo"),
     ],
 )
 def test_bad_arguments_exit_with_a_message(tmp_path, args, message):
@@ -127,17 +144,19 @@ def test_bad_arguments_exit_with_a_message(tmp_path, args, message):
     assert not (tmp_path / "runs").exists()
 
 
-def test_training_learns_tsp20(tmp_path):
-    """TSP20, 64 instances x 20 trajectories, 60k instance-steps (about 30 s on 2 threads).
+@pytest.mark.parametrize("preset", ["ppo-or", "rlor"])
+def test_training_learns_tsp20(tmp_path, preset):
+    """TSP20, 64 instances x 20 trajectories, 60k instance-steps (about 30 s on 2 threads), with
+    each preset.
 
     Measured on the first 100 Kool TSP20 test instances (greedy, mean length): untrained 6.96,
-    trained 4.08, LKH 3.84 (a 6.4% gap). The test asserts the trained length is within 15% of the
-    reference and that training closed more than half of the untrained model's gap.
+    rlor trained 4.08, ppo-or trained PPO_OR_FIGURE, LKH 3.84. The test asserts the trained length is
+    within 15% of the reference and that training closed more than half of the untrained model's gap.
     """
     train(
         tmp_path,
         *("--num-nodes", "20", "--num-envs", "64", "--n-traj", "20", "--num-minibatches", "4"),
-        *("--total-timesteps", "60000", "--eval-interval", "0", "--threads", "2"),
+        *("--total-timesteps", "60000", "--eval-interval", "0", "--threads", "2", "--preset", preset),
     )
     data = kool_dataset("tsp", 20, "test", 100)
     torch.manual_seed(1)
@@ -177,8 +196,148 @@ def test_gae_bootstraps_unfinished_episodes_and_stops_at_termination():
 
 def test_short_rollouts_continue_episodes(tmp_path):
     """--num-steps below the episode length: episodes span rollouts and still finish and log."""
-    train(tmp_path, "--num-nodes", "6", "--num-steps", "3", "--total-timesteps", "200", "--eval-interval", "0", *TINY)
+    args = ["--num-nodes", "6", "--num-steps", "3", "--total-timesteps", "200", "--eval-interval", "0", *TINY]
+    train(tmp_path, *args, "--preset", "rlor")
     events = EventAccumulator(str(run_dir(tmp_path)))
     events.Reload()
     lengths = [e.value for e in events.Scalars("charts/episodic_length")]
     assert lengths and all(v == 7 for v in lengths), "a TSP6 episode takes 7 steps across 3-step rollouts"
+
+
+def test_first_nodes_are_distinct_starts():
+    import ppo_or
+
+    starts = torch.arange(1, 8)  # CVRP7: customers 1..7
+    every = ppo_or.first_nodes(starts, 3, 7)
+    assert every.tolist() == [list(range(1, 8))] * 3
+    torch.manual_seed(0)
+    subsets = ppo_or.first_nodes(starts, 200, 3)
+    assert subsets.shape == (200, 3)
+    for row in subsets.tolist():
+        assert len(set(row)) == 3 and set(row) <= set(range(1, 8))
+    counts = torch.bincount(subsets.flatten(), minlength=8)[1:].float()
+    assert counts.min() > 0.6 * counts.mean(), "a random subset per instance covers every start"
+
+
+def test_shared_advantages_against_instance_means():
+    """Return of each trajectory minus the mean over the N trajectories of all K copies of its instance."""
+    import ppo_or
+
+    gen = torch.Generator().manual_seed(0)
+    steps, copies, drawn, n_traj = 5, 2, 3, 4
+    rewards = -torch.rand(steps, copies * drawn, n_traj, generator=gen)
+    got = ppo_or.shared_advantages(rewards, copies)
+    assert got.shape == rewards.shape
+    returns = rewards.sum(0).tolist()
+    for m in range(copies * drawn):
+        group = [returns[k * drawn + m % drawn][j] for k in range(copies) for j in range(n_traj)]
+        for j in range(n_traj):
+            expected = returns[m][j] - sum(group) / len(group)
+            assert all(got[t, m, j].item() == pytest.approx(expected, abs=1e-6) for t in range(steps))
+
+
+def test_training_the_start_choice_moves_it_to_the_best_start():
+    """With --multi-start, the forced first step enters the policy loss weighted by S x its old
+    probability; a few updates on fixed data where start 3 has the best return make it the greedy
+    first node, and without --train-start the first-node policy does not move at all."""
+    import ppo_or
+    from envs import TSPVectorEnv
+    from models import StateWrapper
+
+    torch.manual_seed(0)
+    env = TSPVectorEnv(num_envs=4, num_nodes=6, n_traj=6)
+    obs, _ = env.reset(seed=0)
+    wrapper = StateWrapper("tsp")
+    static = wrapper.static(obs)
+    state = wrapper.state(static, obs)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        untrained = Agent("tsp")
+        logits, _ = untrained(untrained.encode(static), state, with_value=False)
+    first_probs = {"untrained": logits[:, 0].softmax(-1)}
+    for train_start in (True, False):
+        torch.manual_seed(0)
+        agent = Agent("tsp")
+        optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
+        args = ppo_or.Args(num_envs=4, n_traj=6, num_nodes=6, train_start=train_start)
+        actions = ppo_or.first_nodes(torch.arange(6), 4, 6)
+        with torch.no_grad():
+            _, logprob, _, _ = agent.get_action_and_value(state, actions, with_value=False)
+        returns = torch.full((4, 6), -1.0)
+        returns[:, 3] = 0.0  # the trajectory from node 3 is the shortest
+        advantages = (returns - returns.mean(1, keepdim=True))[None]
+        alive = torch.full((1, 4, 6), train_start)
+        batch = {
+            "actions": actions[None],
+            "logprobs": logprob[None],
+            "advantages": advantages,
+            "alive": alive,
+            "weights": 6 * logprob.exp()[None] * alive,
+        }
+        steps = {k: v[None] for k, v in state.items() if k not in static}
+        for _ in range(30):
+            loss, _ = ppo_or.ppo_loss(agent, static, steps, batch, torch.arange(4), args)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        with torch.no_grad():
+            logits, _ = agent(agent.encode(static), state, with_value=False)
+        first_probs[train_start] = logits[:, 0].softmax(-1)
+    assert (first_probs[True].argmax(-1) == 3).all()
+    assert (first_probs[True][:, 3] > 0.5).all() and (first_probs["untrained"][:, 3] < 0.5).all()
+    torch.testing.assert_close(first_probs[False], first_probs["untrained"])
+
+
+def test_time_budget_stops_the_run_with_wall_clock_checkpoints(tmp_path):
+    """--total-seconds ends the run once the training wall time passes it, with a final checkpoint;
+    --checkpoint-seconds writes one each time a multiple of it passes; both record the time."""
+    start = time.time()
+    args = ["--num-nodes", "8", "--total-timesteps", "100000000", "--eval-interval", "0", *TINY]
+    train(tmp_path, *args, "--total-seconds", "4", "--checkpoint-seconds", "1", "--checkpoint-interval", "0")
+    assert time.time() - start < 60
+    checkpoints = [read_checkpoint(p) for p in (run_dir(tmp_path) / "ckpt").glob("*.pt")]
+    seconds = sorted(c["elapsed_seconds"] for c in checkpoints)
+    assert len(seconds) >= 4, seconds
+    assert 4 <= seconds[-1] < 10
+    assert all(int(a) < int(b) for a, b in zip(seconds[:-1], seconds[1:], strict=True)), "one per whole second"
+    args_json = json.loads((run_dir(tmp_path) / "args.json").read_text())
+    assert args_json["preset"] == "ppo-or" and args_json["multi_start"] and args_json["n_traj"] == 4
+
+
+def test_start_loss_is_the_gradient_of_the_expected_advantage():
+    """At the old policy (ratio 1) the weighted loss of the forced first step has the gradient of
+    -(S / live steps) x sum over instances and starts of pi(start) x advantage(start): the exact
+    expectation over the first-node policy, not the sampled-action estimate."""
+    import ppo_or
+    from envs import CVRPVectorEnv
+    from models import StateWrapper
+
+    env = CVRPVectorEnv(num_envs=3, num_nodes=5, n_traj=5)
+    obs, _ = env.reset(seed=1)
+    wrapper = StateWrapper("cvrp")
+    static = wrapper.static(obs)
+    state = wrapper.state(static, obs)
+    torch.manual_seed(0)
+    agent = Agent("cvrp")
+    args = ppo_or.Args(num_envs=3, n_traj=5, num_nodes=5, ent_coef=0.0, norm_adv=False)
+    actions = ppo_or.first_nodes(torch.arange(1, 6), 3, 5)
+    with torch.no_grad():
+        _, logprob, _, _ = agent.get_action_and_value(state, actions, with_value=False)
+    advantages = torch.randn(1, 3, 5, generator=torch.Generator().manual_seed(2))
+    alive = torch.ones(1, 3, 5, dtype=torch.bool)
+    batch = {"actions": actions[None], "logprobs": logprob[None], "advantages": advantages, "alive": alive}
+    batch["weights"] = 5 * logprob.exp()[None]
+    steps = {k: v[None] for k, v in state.items() if k not in static}
+    loss, _ = ppo_or.ppo_loss(agent, static, steps, batch, torch.arange(3), args)
+    got = torch.autograd.grad(loss, list(agent.parameters()), allow_unused=True)
+
+    logits, _ = agent(agent.encode(static), state, with_value=False)
+    probs = logits[:, 0].softmax(-1)[:, 1:]  # the first-node policy over customers 1..5, [3, 5]
+    expected_objective = -(5 / 15) * (probs * advantages[0]).sum()
+    expected = torch.autograd.grad(expected_objective, list(agent.parameters()), allow_unused=True)
+    compared = 0
+    for g, e in zip(got, expected, strict=True):
+        if e is not None and e.abs().max() > 0:
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-7)
+            compared += 1
+    assert compared > 10
