@@ -36,7 +36,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from envs import ENV_IDS, kool_dataset, random_instances
 from models import Agent, StateWrapper, read_checkpoint, save_checkpoint
-from search import augment, decode
+from search import augment, decode, forced_actions
 from search.references import kool_references
 
 
@@ -309,14 +309,13 @@ def first_nodes(start_actions: torch.Tensor, num_envs: int, n_traj: int) -> torc
     return start_actions[order[:, :n_traj]]
 
 
-def shared_advantages(rewards: torch.Tensor, copies: int) -> torch.Tensor:
-    """POMO's shared baseline: rewards [T, M, N] of episodes that all finished inside the rollout ->
-    advantages [T, M, N]: each trajectory's return minus the mean return of the N x K trajectories
-    of its instance (the K symmetric copies of an instance lie at m, m + M / K, ..., as
-    ``search.augment`` orders them), the same at every step of the trajectory."""
-    steps, num_envs, n_traj = rewards.shape
-    returns = rewards.sum(0).view(copies, num_envs // copies, n_traj)
-    return (returns - returns.mean((0, 2), keepdim=True)).view(num_envs, n_traj).expand(steps, num_envs, n_traj)
+def shared_advantages(returns: torch.Tensor, copies: int) -> torch.Tensor:
+    """POMO's shared baseline: returns [M, N] of whole episodes -> advantages [M, N], each
+    trajectory's return minus the mean return of the N x K trajectories of its instance (the K
+    symmetric copies of an instance lie at m, m + M / K, ..., as ``search.augment`` orders them)."""
+    num_envs, n_traj = returns.shape
+    grouped = returns.view(copies, num_envs // copies, n_traj)
+    return (grouped - grouped.mean((0, 2), keepdim=True)).view(num_envs, n_traj)
 
 
 def all_sum(x: torch.Tensor) -> torch.Tensor:
@@ -650,12 +649,21 @@ def main(args: Args) -> None:
             episode_return[:], episode_length[:] = 0, 0
         static = wrapper.static(next_obs)
         states, actions, logprobs, values, rewards, dones, alive, weights = [], [], [], [], [], [], [], []
+        returns, env_steps = np.zeros((args.num_envs, args.n_traj)), 0
         with torch.no_grad(), autocast:
             cache = agent.encode(static) if args.encoder_cache else None
             for _ in range(num_steps):
                 running = ~envs.unwrapped.terminated
                 if not running.any():
                     break
+                env_steps += 1
+                no_choice = None if critic else forced_actions(next_obs["action_mask"])
+                if no_choice is not None:  # nothing to learn (TSP's last two steps): only its reward counts
+                    next_obs, reward, _, _, _ = envs.step(no_choice)
+                    episode_return += reward
+                    episode_length += running
+                    returns += reward
+                    continue
                 state = wrapper.state(static, next_obs)
                 forced = args.multi_start and envs.unwrapped.steps == 0
                 action, logprob, _, value = agent.get_action_and_value(
@@ -667,13 +675,14 @@ def main(args: Args) -> None:
                 next_obs, reward, terminations, _, _ = envs.step(action.cpu().numpy())
                 episode_return += reward
                 episode_length += running
+                returns += reward
                 states.append({k: v for k, v in state.items() if k not in static})
                 actions.append(action)
                 logprobs.append(logprob.float())
                 if critic:
                     values.append(value.float())
-                rewards.append(torch.as_tensor(reward, dtype=torch.float32, device=device))
-                dones.append(torch.as_tensor(terminations, device=device))
+                    rewards.append(torch.as_tensor(reward, dtype=torch.float32, device=device))
+                    dones.append(torch.as_tensor(terminations, device=device))
                 live = torch.as_tensor(running, device=device)
                 alive.append(live & args.train_start if forced else live)
                 if args.multi_start:
@@ -681,7 +690,7 @@ def main(args: Args) -> None:
             if critic:
                 next_value = agent.get_value(wrapper.state(static, next_obs), cache=cache).float()
         # instance-steps of every process (CVRP rollouts end at different steps on each)
-        global_step += int(all_sum(torch.tensor(len(states) * args.num_envs, device=device)).item())
+        global_step += int(all_sum(torch.tensor(env_steps * args.num_envs, device=device)).item())
         episode_done = envs.unwrapped.terminated.all()
         if episode_done:
             tour_length = -episode_return
@@ -691,15 +700,18 @@ def main(args: Args) -> None:
             log("charts/best_tour_length", tour_length.min(1).mean())
         steps = stack_states(states)
         batch = {"actions": torch.stack(actions), "logprobs": torch.stack(logprobs), "alive": torch.stack(alive)}
-        rewards, dones = torch.stack(rewards), torch.stack(dones)
         if args.multi_start:
             batch["weights"] = torch.stack(weights) * batch["alive"]
         if critic:
             batch["values"] = torch.stack(values)
+            rewards, dones = torch.stack(rewards), torch.stack(dones)
             advantages = compute_gae(rewards, batch["values"], dones, next_value, args.gamma, args.gae_lambda)
             batch["advantages"], batch["returns"] = advantages, advantages + batch["values"]
         else:
-            batch["advantages"] = shared_advantages(rewards, args.train_augment)
+            advantages = shared_advantages(
+                torch.as_tensor(returns, dtype=torch.float32, device=device), args.train_augment
+            )
+            batch["advantages"] = advantages.expand(len(states), -1, -1)
         rollout_time = time.time() - rollout_start
 
         # optimizing the policy and value network over minibatches of instances

@@ -1,7 +1,7 @@
 """Search: decoding strategies that turn a trained policy into solutions (greedy, multi-greedy,
 sampling, x8 augmentation), shared by eval.py and ppo_or.py's periodic evaluation."""
 
-from search.decoding import DECODES, DecodeResult, augment, decode, rollout
+from search.decoding import DECODES, DecodeResult, augment, decode, forced_actions, rollout
 from search.solutions import InvalidTourError, tour_length, validate_tour
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "InvalidTourError",
     "augment",
     "decode",
+    "forced_actions",
     "rollout",
     "tour_length",
     "validate_tour",

@@ -55,6 +55,14 @@ def augment(instances: dict, copies: int) -> dict:
     return out
 
 
+def forced_actions(mask: np.ndarray) -> np.ndarray | None:
+    """The actions [M, N] of a step where every trajectory has a single allowed action (mask
+    [M, N, A]; TSP's last two steps), else None. One trajectory is tested first, which is cheap."""
+    if mask[0, 0].sum() == 1 and (mask.sum(-1) == 1).all():
+        return mask.argmax(-1)
+    return None
+
+
 @torch.no_grad()
 def rollout(
     agent: Agent,
@@ -90,8 +98,8 @@ def rollout(
         mask = obs["action_mask"]
         if num_starts == num_nodes and not actions:
             action = np.broadcast_to(env.start_actions, (num_envs, n_traj))
-        elif mask[0, 0].sum() == 1 and (mask.sum(-1) == 1).all():  # cheap test on one trajectory first
-            action = mask.argmax(-1)
+        elif (forced := forced_actions(mask)) is not None:
+            action = forced
         else:
             logits, _ = agent(agent.encode(static) if reencode else cache, wrapper.state(static, obs), with_value=False)
             if num_starts is not None and not actions:
