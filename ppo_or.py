@@ -68,7 +68,7 @@ class Args:
     """nodes per instance (TSP) or customers per instance (CVRP, the depot is extra)"""
     total_timesteps: int = 626_688_000
     """total instance-steps of the run (the default is 12,000 rollouts of TSP50 at 1024 x 51 steps)"""
-    learning_rate: float = 1e-3
+    learning_rate: float = 3e-4
     """the learning rate of the optimizer (Adam, no weight decay)"""
     num_envs: int = 1024
     """M: problem instances per rollout"""
@@ -84,7 +84,7 @@ class Args:
     baseline: Literal["critic", "shared"] = "shared"
     """the advantage: shared (a trajectory's return minus the mean return of its instance's N x K trajectories,
     POMO's baseline, at every step; no critic) or critic (GAE on the learned value, as in the paper)"""
-    train_augment: int = 1
+    train_augment: int = 8
     """K (1..8): each sampled instance is rolled out in K symmetric copies of the unit square whose trajectories
     share one baseline (Sym-NCO); --num-envs counts the copies, so M / K instances are drawn per rollout"""
     num_steps: int | None = None
@@ -138,7 +138,7 @@ class Args:
 
 PRESETS = {
     "ppo-or": Args(),
-    "rlor": Args(preset="rlor", n_traj=50, multi_start=False, baseline="critic"),
+    "rlor": Args(preset="rlor", n_traj=50, multi_start=False, baseline="critic", train_augment=1, learning_rate=1e-3),
 }
 
 

@@ -25,6 +25,7 @@ def torchrun(tmp_path, *args, nproc=True):
 
 def test_two_process_run_keeps_ranks_identical_and_logs_once(tmp_path):
     args = [str(ROOT / "ppo_or.py"), "--env-id", "cvrp-v0", "--num-nodes", "6", "--num-envs", "4", "--n-traj", "3"]
+    args += ["--train-augment", "2"]
     args += ["--num-minibatches", "2", "--threads", "1", "--eval-instances", "10", "--eval-interval", "2"]
     out = torchrun(tmp_path, *args, "--total-timesteps", "150", "--checkpoint-interval", "2")
     assert "parameters identical across 2 processes: True" in out
@@ -78,6 +79,7 @@ def rollout_data(problem, m, n, traj, seed=0):
         "advantages": torch.randn(t, m, traj, generator=gen),
         "returns": torch.randn(t, m, traj, generator=gen),
     }
+    batch["weights"] = torch.rand(t, m, traj, generator=gen) * batch["alive"]
     steps = {key: torch.stack([s[key] for s in states]) for key in states[0]}
     return {"problem": problem, "static": static, "steps": steps, "batch": batch}
 

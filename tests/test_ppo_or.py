@@ -131,7 +131,7 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes(tmp_path):
         (["--num-nodes", "6", "--n-traj", "7"], "--n-traj 7 exceeds the 6 start nodes of --multi-start"),
         (["--num-envs", "8", "--train-augment", "3"], "--train-augment 3 does not divide --num-envs 8"),
         (["--train-augment", "9"], "--train-augment must be between 1 and 8"),
-        (["--n-traj", "1"], "--baseline shared needs at least 2 trajectories per instance"),
+        (["--n-traj", "1", "--train-augment", "1"], "--baseline shared needs at least 2 trajectories per instance"),
         (["--num-nodes", "6", "--num-steps", "3"], "--baseline shared needs whole episodes in a rollout"),
         (["--total-seconds", "0"], "--total-seconds must be positive"),
         (["--preset", "pomo"], "pomo"),
