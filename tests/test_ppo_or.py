@@ -47,7 +47,8 @@ def train(tmp_path, *args, check=True):
 
 
 def run_dir(tmp_path):
-    (directory,) = (tmp_path / "runs").iterdir()
+    """The one run directory (runs/references holds the cached validation references)."""
+    (directory,) = [p for p in (tmp_path / "runs").iterdir() if p.name != "references"]
     return directory
 
 
