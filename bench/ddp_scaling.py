@@ -21,17 +21,8 @@ def sps(processes: int, num_envs: int, iterations: int) -> float:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
     steps = (iterations + 1) * num_envs * 51 * processes
     cmd = launcher + [str(ROOT / "ppo_or.py"), "--num-envs", str(num_envs), "--total-timesteps", str(steps)]
-    cmd += [
-        "--threads",
-        "1",
-        "--eval-interval",
-        "0",
-        "--checkpoint-interval",
-        "0",
-        "--no-anneal-lr",
-        "--preset",
-        "rlor",
-    ]
+    cmd += ["--threads", "1", "--eval-interval", "0", "--checkpoint-interval", "0", "--no-anneal-lr"]
+    cmd += ["--preset", "rlor"]  # the paper's algorithm, as the original code it is compared with runs
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=True).stdout
     rows = [dict(re.findall(r"(\w+)=([\d.]+)", line)) for line in out.splitlines() if line.startswith("iteration=")]

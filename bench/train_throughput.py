@@ -23,17 +23,8 @@ PAPER_SPS = {64: 370, 1024: 240}
 def measure(num_envs: int, iterations: int, cache: bool) -> dict:
     steps = (iterations + 1) * num_envs * 51
     cmd = [sys.executable, str(ROOT / "ppo_or.py"), "--num-envs", str(num_envs), "--total-timesteps", str(steps)]
-    cmd += [
-        "--threads",
-        "1",
-        "--eval-interval",
-        "0",
-        "--checkpoint-interval",
-        "0",
-        "--no-anneal-lr",
-        "--preset",
-        "rlor",
-    ]
+    cmd += ["--threads", "1", "--eval-interval", "0", "--checkpoint-interval", "0", "--no-anneal-lr"]
+    cmd += ["--preset", "rlor"]  # the paper's algorithm, as the original code it is compared with runs
     cmd += [] if cache else ["--no-encoder-cache"]
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=True).stdout
