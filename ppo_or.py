@@ -627,9 +627,13 @@ def main(args: Args) -> None:
     episode_length = np.zeros((args.num_envs, args.n_traj), dtype=np.int64)
     critic = args.baseline == "critic"
     start_time, start_step, clock = time.time(), global_step, time.time() - elapsed
-    next_wall_checkpoint = (
-        (elapsed // args.checkpoint_seconds + 1) * args.checkpoint_seconds if args.checkpoint_seconds else None
-    )
+
+    def next_wall_mark(seconds: float) -> float:
+        """The first multiple of --checkpoint-seconds after ``seconds`` (never with 0)."""
+        step = args.checkpoint_seconds
+        return (seconds // step + 1) * step if step else float("inf")
+
+    next_wall_checkpoint = next_wall_mark(elapsed)
 
     def out_of_time() -> bool:
         return args.total_seconds is not None and elapsed >= args.total_seconds
@@ -765,9 +769,9 @@ def main(args: Args) -> None:
         if is_main:
             print(line, flush=True)
         stop.synchronize(device)
-        wall_checkpoint = next_wall_checkpoint is not None and elapsed >= next_wall_checkpoint
+        wall_checkpoint = elapsed >= next_wall_checkpoint
         if wall_checkpoint:
-            next_wall_checkpoint = (elapsed // args.checkpoint_seconds + 1) * args.checkpoint_seconds
+            next_wall_checkpoint = next_wall_mark(elapsed)
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0 or wall_checkpoint:
             if not stop.requested and not out_of_time() and global_step < args.total_timesteps:
                 write_checkpoint()
