@@ -19,7 +19,7 @@ import torch
 import tyro
 from tqdm import tqdm
 
-from models import CheckpointError, load_agent
+from models import CheckpointError, latest_checkpoint, load_agent
 from search import decode
 from search.datasets import DataError, Dataset, load_data
 from search.references import solve_reference
@@ -28,7 +28,7 @@ from search.references import solve_reference
 @dataclass
 class Args:
     checkpoint: str
-    """path of a ppo_or.py checkpoint or of a published RLOR agent state dict"""
+    """path of a ppo_or.py checkpoint (or a run folder: its latest checkpoint) or of a published RLOR agent state dict"""
     data: str = "kool-test"
     """kool-test / kool-val (regenerated Kool et al. sets), an .npz file, a .tsp / .vrp file or a folder of them"""
     problem: Literal["tsp", "cvrp"] | None = None
@@ -134,7 +134,10 @@ def main(args: Args) -> None:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     try:
-        agent, ckpt = load_agent(args.checkpoint, problem=args.problem, device=device)
+        checkpoint = latest_checkpoint(args.checkpoint)
+        if str(checkpoint) != args.checkpoint:
+            print(f"using {checkpoint} (the latest checkpoint of {args.checkpoint})", flush=True)
+        agent, ckpt = load_agent(checkpoint, problem=args.problem, device=device)
         problem = ckpt["problem"]
         groups = load_data(args.data, problem, args.num_nodes or ckpt["num_nodes"], args.num_instances, args.references)
         for group in groups:
@@ -158,7 +161,7 @@ def main(args: Args) -> None:
     mean_gap = float(gaps[known].mean()) if known.any() else None
 
     decoding = args.decode + (f" x{args.augment} aug" if args.augment > 1 else "")
-    print(f"checkpoint {args.checkpoint} ({problem.upper()}), data {args.data}")
+    print(f"checkpoint {checkpoint} ({problem.upper()}), data {args.data}")
     print(f"{'instances':>10} {'decode':>22} {'mean length':>12} {'mean gap':>9} {'time':>9} {'per inst.':>10}")
     gap_text = f"{mean_gap:8.3f}%" if mean_gap is not None else f"{'-':>9}"
     print(
@@ -172,7 +175,7 @@ def main(args: Args) -> None:
 
     if args.output:
         out = {
-            "checkpoint": args.checkpoint,
+            "checkpoint": str(checkpoint),
             "data": args.data,
             "problem": problem,
             "decode": args.decode,
@@ -195,4 +198,7 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    try:
+        main(tyro.cli(Args))
+    except KeyboardInterrupt:
+        sys.exit("interrupted: nothing was written")

@@ -19,6 +19,7 @@ node, critic and GAE).
 """
 
 import json
+import math
 import os
 import random
 import signal
@@ -35,7 +36,7 @@ import tyro
 from torch.utils.tensorboard import SummaryWriter
 
 from envs import ENV_IDS, kool_dataset, random_instances
-from models import Agent, StateWrapper, read_checkpoint, save_checkpoint
+from models import Agent, StateWrapper, latest_checkpoint, read_checkpoint, save_checkpoint
 from search import augment, decode, forced_actions
 from search.references import kool_references
 
@@ -142,8 +143,9 @@ PRESETS = {
 }
 
 
-def parse_args(argv: list[str] | None = None) -> Args:
-    """tyro's command line over the defaults of the preset that ``--preset`` names."""
+def parse_args(argv: list[str] | None = None) -> tuple[Args, set[str]]:
+    """tyro's command line over the defaults of the preset that ``--preset`` names; also returns the
+    names of the fields given on the command line (what --resume compares with the checkpoint)."""
     argv = sys.argv[1:] if argv is None else argv
     name = "ppo-or"
     for i, arg in enumerate(argv):
@@ -151,7 +153,13 @@ def parse_args(argv: list[str] | None = None) -> Args:
             name = argv[i + 1]
         elif arg.startswith("--preset="):
             name = arg.split("=", 1)[1]
-    return tyro.cli(Args, default=PRESETS.get(name, PRESETS["ppo-or"]), args=argv)
+    args = tyro.cli(Args, default=PRESETS.get(name, PRESETS["ppo-or"]), args=argv)
+    given = set()
+    for f in fields(Args):
+        flags = {f"--{f.name}", f"--{f.name.replace('_', '-')}", f"--no-{f.name.replace('_', '-')}", f"--no_{f.name}"}
+        if any(arg.split("=", 1)[0] in flags for arg in argv):
+            given.add(f.name)
+    return args, given
 
 
 def with_defaults(args: Args) -> Args:
@@ -235,32 +243,46 @@ RESUME_OVERRIDES = (
 )
 
 
-def resumed_args(args: Args) -> tuple[Args, dict]:
-    """Loads the checkpoint named by --resume and returns its settings with --resume kept. Arguments
-    in RESUME_OVERRIDES given with a non-default value override the saved ones (e.g. a longer
-    --total-timesteps); any other argument given must not differ from the checkpoint's. Checkpoints
-    written before the presets existed were trained with the rlor settings."""
+def resumed_args(args: Args, given: set[str]) -> tuple[Args, dict]:
+    """Loads the checkpoint named by --resume (a file, or a run folder: its latest checkpoint) and
+    returns its settings with --resume kept. Arguments ``given`` on the command line that are in
+    RESUME_OVERRIDES override the saved ones (e.g. a longer --total-timesteps); any other argument
+    given must not differ from the checkpoint's, whatever its default. Checkpoints written before
+    the presets existed were trained with the rlor settings. A run that already reached its end
+    is refused before anything is written."""
     try:
-        ckpt = read_checkpoint(args.resume)
+        path = latest_checkpoint(args.resume)
+        ckpt = read_checkpoint(path)
     except ValueError as exc:
         sys.exit(f"error: --resume: {exc}")
+    if str(path) != args.resume:
+        print(f"resuming from {path} (the latest checkpoint of {args.resume})", flush=True)
     if "args" not in ckpt or "optimizer" not in ckpt:
         sys.exit(f"error: --resume: {args.resume} holds weights only, not a training state (use it with eval.py)")
     saved = {
         **asdict(PRESETS["rlor"]),
         **{f.name: ckpt["args"][f.name] for f in fields(Args) if f.name in ckpt["args"]},
     }
-    defaults = PRESETS[args.preset]
-    for f in fields(Args):
-        value = getattr(args, f.name)
-        if f.name == "resume" or value == getattr(defaults, f.name) or value == saved.get(f.name):
+    for name in sorted(given - {"resume"}):
+        value = getattr(args, name)
+        if value == saved.get(name):
             continue
-        if f.name not in RESUME_OVERRIDES:
+        if name not in RESUME_OVERRIDES:
             sys.exit(
-                f"error: --{f.name.replace('_', '-')} cannot change when resuming (the checkpoint has {saved.get(f.name)!r})"
+                f"error: --{name.replace('_', '-')} cannot change when resuming (the checkpoint has {saved.get(name)!r})"
             )
-        saved[f.name] = value
-    return Args(**{**saved, "resume": args.resume}), ckpt
+        saved[name] = value
+    resumed = Args(**{**saved, "resume": str(path)})
+    if ckpt["global_step"] >= resumed.total_timesteps or (
+        resumed.total_seconds is not None and ckpt.get("elapsed_seconds", 0.0) >= resumed.total_seconds
+    ):
+        sys.exit(
+            f"error: --resume: the run already finished at step {ckpt['global_step']:,} of --total-timesteps "
+            f"{resumed.total_timesteps:,}"
+            + (f" or after --total-seconds {resumed.total_seconds:g}" if resumed.total_seconds else "")
+            + "; raise --total-timesteps (or --total-seconds) to continue it"
+        )
+    return resumed, ckpt
 
 
 def stack_states(states: list) -> dict:
@@ -412,17 +434,18 @@ def ppo_loss(
 
 
 class StopRequest:
-    """Ctrl-C or SIGTERM asks the run to stop after the current iteration and write a checkpoint;
-    a second Ctrl-C stops at once."""
+    """Ctrl-C, SIGTERM or SIGHUP (a closed terminal) asks the run to stop after the current
+    iteration and write a checkpoint; a second Ctrl-C stops at once, losing what the last
+    checkpoint does not hold."""
 
     def __init__(self):
         self.requested = False
-        signal.signal(signal.SIGINT, self.handle)
-        signal.signal(signal.SIGTERM, self.handle)
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, self.handle)
 
     def handle(self, signum, frame):
         if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+            sys.exit("aborted: the training since the last checkpoint is lost (resume from that checkpoint)")
         self.requested = True
         print("stopping after this iteration to write a checkpoint (Ctrl-C again to abort)", flush=True)
 
@@ -478,10 +501,11 @@ def synced(value: float, device: torch.device) -> float:
     return x.item()
 
 
-def main(args: Args) -> None:
+def main(args: Args, given: set[str] | None = None) -> None:
+    """Trains; ``given``: the fields given on the command line (see ``parse_args``)."""
     ckpt = None
     if args.resume:
-        args, ckpt = resumed_args(args)
+        args, ckpt = resumed_args(args, set() if given is None else given)
     args = with_defaults(args)
     check_args(args)
     problem = ENV_IDS[args.env_id]
@@ -620,6 +644,34 @@ def main(args: Args) -> None:
     def log(tag: str, value) -> None:
         if writer is not None:
             writer.add_scalar(tag, value, global_step)
+
+    first_iteration = iteration
+    if is_main:
+        estimate = iteration + math.ceil(
+            max(0, args.total_timesteps - global_step) / (args.num_envs * world_size * envs.max_episode_steps)
+        )
+        budget = f", at most {args.total_seconds:g} s" if args.total_seconds else ""
+        print(
+            f"ppo_or: {args.env_id} n={args.num_nodes}, preset {args.preset}, {args.num_envs} instances x "
+            f"{args.n_traj} trajectories per rollout x {world_size} process(es), {device}, "
+            f"{torch.get_num_threads()} threads\nrun {run_dir}: {args.total_timesteps:,} steps (up to {estimate:,} "
+            f"iterations{budget}); checkpoints every {args.checkpoint_interval} iterations and "
+            f"{args.checkpoint_seconds:g} s; evaluation every {args.eval_interval} iterations (0 = never)",
+            flush=True,
+        )
+        if ckpt:
+            print(f"resuming from {args.resume} at iteration {iteration}", flush=True)
+
+    def progress() -> str:
+        """Iteration k of K (K from the steps and seconds per iteration so far), elapsed time and ETA."""
+        steps_per_iteration = (global_step - start_step) / (iteration - first_iteration)
+        seconds_per_iteration = (time.time() - start_time) / (iteration - first_iteration)
+        total = iteration + math.ceil(max(0, args.total_timesteps - global_step) / steps_per_iteration)
+        if args.total_seconds is not None:
+            total = min(total, iteration + math.ceil(max(0.0, args.total_seconds - elapsed) / seconds_per_iteration))
+        remaining = seconds_per_iteration * (total - iteration)
+        clock_text = [time.strftime("%H:%M:%S", time.gmtime(max(0.0, t))) for t in (elapsed, remaining)]
+        return f" | {iteration}/{total} iterations, {clock_text[0]} elapsed, ETA {clock_text[1]}"
 
     stop = StopRequest()
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)
@@ -767,7 +819,7 @@ def main(args: Args) -> None:
                 log(tag, value)
                 line += f" {tag}={value:.4f}"
         if is_main:
-            print(line, flush=True)
+            print(line + progress(), flush=True)
         stop.synchronize(device)
         wall_checkpoint = elapsed >= next_wall_checkpoint
         if wall_checkpoint:
@@ -783,7 +835,7 @@ def main(args: Args) -> None:
             writer.close()
         finish_processes(world_size)
         sys.exit(130)
-    if is_main and args.eval_interval and iteration % args.eval_interval:
+    if is_main and args.eval_interval:
         results = evaluate(agent, val_data, args.eval_batch_size, val_references)
         for tag, value in results.items():
             log(tag, value)
@@ -799,4 +851,4 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    main(*parse_args())

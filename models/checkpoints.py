@@ -65,6 +65,19 @@ def convert_rlor_state_dict(state_dict: dict) -> dict:
     return converted
 
 
+def latest_checkpoint(path: str | os.PathLike) -> Path:
+    """``path`` itself if it is a file; for a run folder (or its ckpt/ folder) the checkpoint of the
+    highest iteration in it."""
+    path = Path(path)
+    if not path.is_dir():
+        return path
+    folder = path / "ckpt" if (path / "ckpt").is_dir() else path
+    numbered = [p for p in folder.glob("*.pt") if p.stem.isdigit()]
+    if not numbered:
+        raise CheckpointError(f"{path} holds no checkpoint (<iteration>.pt, in it or in its ckpt/ folder)")
+    return max(numbered, key=lambda p: int(p.stem))
+
+
 def read_checkpoint(path: str | os.PathLike) -> dict:
     """Reads a checkpoint of either kind into our format (``model`` holds our keys)."""
     path = Path(path)

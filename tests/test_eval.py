@@ -1,6 +1,7 @@
 import importlib
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -191,6 +192,18 @@ def test_bad_inputs_fail_with_a_message(tmp_path, small_checkpoints):
     garbage.write_bytes(b"not a zip")
     assert "not a readable .npz" in fails("--checkpoint", tsp, "--data", str(garbage))
     assert "--augment must be between 1 and 8" in fails("--checkpoint", tsp, "--augment", "9")
+
+
+def test_a_run_folder_means_its_latest_checkpoint(tmp_path, small_checkpoints, capsys):
+    ckpt = tmp_path / "run" / "ckpt"
+    ckpt.mkdir(parents=True)
+    for iteration in (2, 10):
+        shutil.copy(small_checkpoints["tsp"], ckpt / f"{iteration}.pt")
+    result = run(tmp_path, "--checkpoint", str(tmp_path / "run"), "--num-instances", "2")
+    assert result["checkpoint"] == str(ckpt / "10.pt")
+    assert f"using {ckpt / '10.pt'}" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    assert "holds no checkpoint" in fails("--checkpoint", str(tmp_path / "empty"))
 
 
 def test_cli_prints_a_summary_table(small_checkpoints):

@@ -89,9 +89,20 @@ def test_resumed_run_reaches_the_same_parameters(tmp_path):
     assert len(list(run_dir(tmp_path).glob("events.out.tfevents.*"))) == 2, (
         "the resumed run logs into the same directory"
     )
+    # a finished run is refused before anything is written; a run folder means its latest checkpoint
+    before = final.stat().st_mtime_ns
+    result = train(tmp_path, "--resume", str(run_dir(tmp_path)), check=False)
+    assert result.returncode != 0 and "the run already finished" in result.stderr
+    assert f"resuming from {final}" in result.stdout
+    assert final.stat().st_mtime_ns == before
+    assert len(list(run_dir(tmp_path).glob("events.out.tfevents.*"))) == 2
+    # a value typed on the command line counts even when it is the default (1024 envs)
+    result = train(tmp_path, "--resume", str(final), "--num-envs", "1024", "--total-timesteps", "999", check=False)
+    assert result.returncode != 0 and "--num-envs cannot change when resuming" in result.stderr
 
 
-def test_ctrl_c_writes_a_checkpoint_that_resumes(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
+def test_ctrl_c_writes_a_checkpoint_that_resumes(tmp_path, signum):
     process = subprocess.Popen(
         [
             sys.executable,
@@ -109,8 +120,11 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert process.stdout.readline().startswith("iteration=1 ")
-    process.send_signal(signal.SIGINT)
+    banner = [process.stdout.readline() for _ in range(2)]
+    assert banner[0].startswith("ppo_or: tsp-v0 n=8, preset ppo-or") and "checkpoints every" in banner[1]
+    first = process.stdout.readline()
+    assert first.startswith("iteration=1 ") and "1/" in first and "ETA" in first
+    process.send_signal(signum)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     assert "continue with --resume" in out
