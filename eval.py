@@ -11,6 +11,7 @@ weights_only=True); the problem and size come from the checkpoint.
 import json
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from typing import Literal
 
@@ -78,6 +79,33 @@ def check_args(args: Args) -> None:
             sys.exit(f"error: --{name.replace('_', '-')} must be at least 1, got {value}")
     if args.num_samples < 1 or args.batch_size < 1:
         sys.exit("error: --num-samples and --batch-size must be at least 1")
+    if args.plot_instances < 1:
+        sys.exit(f"error: --plot-instances must be at least 1, got {args.plot_instances}")
+    if args.output and not args.output.endswith(".json"):
+        sys.exit(f"error: --output {args.output}: the results are written as JSON; name a .json file")
+    if args.plot and os.path.splitext(args.plot)[1].lower() not in PLOT_FORMATS:
+        sys.exit(f"error: --plot {args.plot}: name an image file ({', '.join(PLOT_FORMATS)})")
+    for name in ("output", "plot"):
+        path = getattr(args, name)
+        if path:
+            check_writable(f"--{name}", path)
+
+
+PLOT_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+IMPLAUSIBLE_GAP = 5.0  # percent below the reference on most instances: the references are for other data
+
+
+def check_writable(flag: str, path: str) -> None:
+    """Fails now, before any decoding, if ``path`` cannot be written (its folder is made if missing)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        sys.exit(f"error: {flag} {path} is a folder; name a file in it")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        sys.exit(f"error: {flag} {path}: cannot write there ({exc.strerror or exc})")
 
 
 def evaluate_group(agent, group: Dataset, args: Args, progress) -> dict:
@@ -159,6 +187,12 @@ def main(args: Args) -> None:
     seconds = sum(r["seconds"] for r in results)
     known = np.isfinite(gaps)
     mean_gap = float(gaps[known].mean()) if known.any() else None
+    if known.any() and (gaps[known] < -IMPLAUSIBLE_GAP).mean() > 0.5:
+        sys.exit(
+            f"error: the references do not fit these instances: {(gaps[known] < -IMPLAUSIBLE_GAP).sum()} of "
+            f"{known.sum()} tours are over {IMPLAUSIBLE_GAP:g}% shorter than their reference (mean gap {mean_gap:.2f}%); "
+            "are they for another size or data set?"
+        )
 
     decoding = args.decode + (f" x{args.augment} aug" if args.augment > 1 else "")
     print(f"checkpoint {checkpoint} ({problem.upper()}), data {args.data}")
@@ -190,11 +224,12 @@ def main(args: Args) -> None:
         if mean_gap is not None:
             out.update(mean_gap=mean_gap, gaps=[float(g) if np.isfinite(g) else None for g in gaps])
             out["references"] = [float(r) if np.isfinite(r) else None for r in references]
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
         with open(args.output, "w") as f:
             json.dump(out, f)
+        print(f"wrote {args.output}")
     if args.plot:
         plot_routes(args.plot, groups, results, args.plot_instances)
+        print(f"wrote {args.plot}")
 
 
 if __name__ == "__main__":

@@ -143,17 +143,33 @@ def load_routing_file(path: Path, problem: str) -> Dataset:
         raise DataError(
             f"{path}: only EUC_2D instances with NODE_COORD_SECTION are supported, got {raw.get('edge_weight_type')}"
         )
-    points = np.asarray(raw["node_coord"], dtype=np.float64)
+    try:
+        points = np.asarray(raw["node_coord"], dtype=np.float64)
+    except ValueError:
+        points = None
+    if points is None or points.ndim != 2 or points.shape[1] != 2:
+        raise DataError(f"{path}: malformed NODE_COORD_SECTION (x y per node), or a misspelt section after it")
     low, span = points.min(0), (points.max(0) - points.min(0)).max()
     unit = (points - low) / (span if span > 0 else 1.0)
     if problem == "tsp":
         instances = {"coords": unit[None]}
     else:
-        depots = np.atleast_1d(raw["depot"])
+        missing = [key.upper() for key in ("capacity", "depot", "demand") if key not in raw]
+        if missing:
+            raise DataError(
+                f"{path}: no {' / '.join(missing)} (a CVRPLIB file needs CAPACITY, DEPOT_SECTION, DEMAND_SECTION)"
+            )
+        try:
+            depots = np.atleast_1d(np.asarray(raw["depot"], dtype=np.int64))
+            demand = np.asarray(raw["demand"], dtype=np.float64).reshape(-1)
+            capacity = float(raw["capacity"])
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{path}: malformed CAPACITY, DEPOT_SECTION or DEMAND_SECTION ({exc})") from exc
         if len(depots) != 1 or depots[0] != 0:
             raise DataError(f"{path}: exactly one depot, the first node, is supported")
-        demand = np.asarray(raw["demand"], dtype=np.float64)[1:]
-        instances = {"depot": unit[:1], "coords": unit[None, 1:], "demand": demand[None] / float(raw["capacity"])}
+        if len(demand) != len(points):
+            raise DataError(f"{path}: DEMAND_SECTION has {len(demand)} entries for {len(points)} nodes")
+        instances = {"depot": unit[:1], "coords": unit[None, 1:], "demand": demand[None, 1:] / capacity}
     try:
         instances = check_instances(problem, instances)
     except ValueError as exc:
@@ -239,13 +255,22 @@ def apply_references(groups: list[Dataset], path: Path) -> None:
             g.references = values[offset : offset + len(g.names)].copy()
             offset += len(g.names)
         return
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))[1:]
     try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))[1:]
         table = {row[0].strip(): float(row[-1]) for row in rows if row}
-    except ValueError as exc:
-        raise DataError(f"--references {path}: the last column must be numeric ({exc})") from exc
+    except (ValueError, UnicodeDecodeError, csv.Error) as exc:
+        raise DataError(
+            f"--references {path}: not a CSV of name, ..., value rows with a header (or an .npy) ({exc})"
+        ) from exc
+    matched = 0
     for g in groups:
         for i, name in enumerate(g.names):
             if name in table:
                 g.references[i] = table[name]
+                matched += 1
+    if not matched:
+        names = [n for g in groups for n in g.names][:3]
+        raise DataError(
+            f"--references {path}: no name in its first column matches an instance ({', '.join(names)}, ...)"
+        )

@@ -123,9 +123,7 @@ def test_kool_test_set_first_instance():
 
 
 def test_kool_references_reproduced_by_lkh():
-    elkai = pytest.importorskip(
-        "elkai", reason="elkai (LKH) is an optional extra: pip install -r requirements-extra.txt"
-    )
+    elkai = pytest.importorskip("elkai", reason="elkai (LKH) is an optional extra: pip install -r requirements-dev.txt")
     path = SHARED / "references" / "tsp50_test_seed1234_lkh.npy"
     if not path.exists():
         pytest.skip(f"{path} is absent (the shared folder is not beside this clone)")

@@ -278,3 +278,78 @@ def test_rlor_published_figures_through_eval(tmp_path, problem, decode, count, m
         assert result["mean_length"] == pytest.approx(mean, abs=1e-3)
     if gap is not None:
         assert result["mean_gap"] == pytest.approx(gap, abs=0.01)
+
+
+def test_bad_output_paths_fail_before_decoding(tmp_path, small_checkpoints, monkeypatch):
+    tsp = str(small_checkpoints["tsp"])
+    monkeypatch.setattr(evaluator, "decode", lambda *a, **k: pytest.fail("decoding started"))
+    assert "name a .json file" in fails("--checkpoint", tsp, "--output", str(tmp_path / "results.txt"))
+    assert "name an image file" in fails("--checkpoint", tsp, "--plot", str(tmp_path / "routes.xyz"))
+    assert "--plot-instances must be at least 1" in fails("--checkpoint", tsp, "--plot-instances", "0")
+    folder = tmp_path / "out.json"
+    folder.mkdir()
+    assert "is a folder" in fails("--checkpoint", tsp, "--output", str(folder))
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert "cannot write there" in fails("--checkpoint", tsp, "--plot", str(blocker / "sub" / "routes.png"))
+
+
+def test_references_that_do_not_fit_fail(tmp_path, small_checkpoints):
+    tsp = str(small_checkpoints["tsp"])
+    far = tmp_path / "other.npy"
+    np.save(far, np.full(10, 100.0))  # as if for much larger instances
+    assert "the references do not fit these instances" in fails(
+        "--checkpoint", tsp, "--num-instances", "10", "--references", str(far)
+    )
+    nameless = tmp_path / "refs.csv"
+    nameless.write_text("name,value\nberlin52,7542\n")
+    assert "no name in its first column matches" in fails(
+        "--checkpoint", tsp, "--num-instances", "3", "--references", str(nameless)
+    )
+    broken = tmp_path / "broken.csv"
+    broken.write_bytes(b"name,value\n\xff\xfe\x00,abc\n")
+    assert "not a CSV" in fails("--checkpoint", tsp, "--num-instances", "3", "--references", str(broken))
+
+
+CVRPLIB = """NAME : tiny
+TYPE : CVRP
+DIMENSION : 4
+EDGE_WEIGHT_TYPE : EUC_2D
+CAPACITY : 10
+NODE_COORD_SECTION
+1 0 0
+2 10 0
+3 0 10
+4 10 10
+DEMAND_SECTION
+1 0
+2 3
+3 4
+4 5
+DEPOT_SECTION
+1
+-1
+EOF
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("CAPACITY : 10", "CAPACTY : 10"),
+        ("CAPACITY : 10", "CAPACITY : abc"),
+        ("DEMAND_SECTION", "DEMAND_SECTON"),
+        ("DEPOT_SECTION", "DEPOT_SECTON"),
+    ],
+)
+def test_malformed_cvrplib_files_fail_with_one_line(tmp_path, old, new):
+    cvrp = tmp_path / "cvrp.pt"
+    torch.manual_seed(0)
+    save_checkpoint({"problem": "cvrp", "num_nodes": 3, "model_config": {}, "model": Agent("cvrp").state_dict()}, cvrp)
+    good = tmp_path / "tiny.vrp"
+    good.write_text(CVRPLIB)
+    assert run(tmp_path, "--checkpoint", str(cvrp), "--data", str(good))["num_instances"] == 1
+    bad = tmp_path / "bad.vrp"
+    bad.write_text(CVRPLIB.replace(old, new))
+    message = fails("--checkpoint", str(cvrp), "--data", str(bad))
+    assert message.startswith("error: ") and str(bad) in message and "\n" not in message
