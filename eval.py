@@ -28,20 +28,25 @@ from search.references import solve_reference
 
 @dataclass
 class Args:
+    """Evaluates a checkpoint of ppo_or.py (or the RLOR authors') by greedy, multi-greedy or sampling
+    decoding on the Kool test sets, .npz files or TSPLIB / CVRPLIB files, with gaps to references.
+    Examples: `python eval.py --checkpoint runs/<run> --decode multi-greedy`;
+    `python eval.py --checkpoint tsp50.pt --data tsplib/ --references tsplib/optima.csv --augment 8`."""
+
     checkpoint: str
     """path of a ppo_or.py checkpoint (or a run folder: its latest checkpoint) or of a published RLOR agent state dict"""
     data: str = "kool-test"
     """kool-test / kool-val (regenerated Kool et al. sets), an .npz file, a .tsp / .vrp file or a folder of them"""
     problem: Literal["tsp", "cvrp"] | None = None
-    """the problem (default: the checkpoint's; must match it)"""
+    """the problem; None takes the checkpoint's (a given one must match it)"""
     num_nodes: int | None = None
-    """size of the kool-test / kool-val instances (default: the checkpoint's training size)"""
+    """size of the kool-test / kool-val instances; None takes the checkpoint's training size"""
     num_instances: int | None = None
-    """evaluate only the first K instances (default: all; the Kool sets hold 10,000)"""
+    """evaluate only the first K instances; None evaluates all (the Kool sets hold 10,000)"""
     decode: Literal["greedy", "multi-greedy", "sampling"] = "greedy"
     """greedy (one trajectory), multi-greedy (one greedy trajectory per start node) or sampling"""
     num_starts: int | None = None
-    """multi-greedy: number of start nodes (default: every node for TSP, every customer for CVRP)"""
+    """multi-greedy: number of start nodes; None takes every node for TSP, every customer for CVRP"""
     num_samples: int = 16
     """sampling: trajectories sampled per instance"""
     augment: int = 1
@@ -61,7 +66,7 @@ class Args:
     cuda: bool = True
     """use cuda when available"""
     threads: int | None = None
-    """torch CPU threads (default: torch's own choice)"""
+    """torch CPU threads; None leaves torch's own choice"""
     output: str | None = None
     """write the results (lengths, gaps, tours, time) to this JSON file"""
     plot: str | None = None
@@ -145,9 +150,9 @@ def plot_routes(path: str, groups: list, results: list, count: int) -> None:
         nodes = np.concatenate([tour, tour[:1]]) if group.problem == "tsp" else np.concatenate([[0], tour])
         ax.plot(points[nodes, 0], points[nodes, 1], "-", lw=1, color="tab:blue")
         ax.scatter(points[:, 0], points[:, 1], s=8, color="black", zorder=3)
-        if group.problem == "cvrp":
-            ax.scatter(points[:1, 0], points[:1, 1], s=60, marker="s", color="tab:red", zorder=4)
-        ax.set_title(f"{group.names[i]}: {result['lengths'][i]:.4g}", fontsize=9)
+        start = points[:1] if group.problem == "cvrp" else points[tour[:1]]  # the depot, or the tour's start
+        ax.scatter(start[:, 0], start[:, 1], s=60, marker="s", color="tab:red", zorder=4)
+        ax.set_title(f"{group.names[i]}: {result['lengths'][i]:,.{0 if group.rounded else 4}f}", fontsize=9)
         ax.set_aspect("equal")
         ax.set_xticks([])
         ax.set_yticks([])

@@ -26,6 +26,7 @@ import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 from typing import Literal
 
 import gymnasium as gym
@@ -43,6 +44,11 @@ from search.references import kool_references
 
 @dataclass
 class Args:
+    """PPO for routing problems (TSP, CVRP) with the Attention Model, in the style of CleanRL. Writes
+    tensorboard curves and checkpoints to runs/{env_id}__{exp_name}__{seed}__{time}/. Examples:
+    `python ppo_or.py --env-id tsp-v0 --num-nodes 20 --num-envs 256 --total-seconds 180 --threads 2`
+    (3 minutes on a CPU); `python ppo_or.py --env-id cvrp-v0 --preset rlor` (the paper's settings, for a GPU)."""
+
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment"""
     seed: int = 1
@@ -52,7 +58,7 @@ class Args:
     cuda: bool = True
     """if toggled, cuda is used when available"""
     threads: int | None = None
-    """torch CPU threads (default: torch's own choice)"""
+    """torch CPU threads; None leaves torch's own choice"""
     track: bool = False
     """if toggled, the run is tracked with Weights and Biases"""
     wandb_project_name: str = "ppo-or"
@@ -63,8 +69,8 @@ class Args:
     preset: Literal["ppo-or", "rlor"] = "ppo-or"
     """ppo-or: multi-start rollouts with the shared baseline (these defaults); rlor: the paper's settings
     (sampled first node, critic + GAE, 50 trajectories); arguments given with it override the preset's values"""
-    env_id: str = "tsp-v0"
-    """the environment: tsp-v0 or cvrp-v0"""
+    env_id: Literal[tuple(ENV_IDS)] = "tsp-v0"  # the registered ids, listed by --help
+    """the environment"""
     num_nodes: int = 50
     """nodes per instance (TSP) or customers per instance (CVRP, the depot is extra)"""
     total_timesteps: int = 626_688_000
@@ -74,22 +80,22 @@ class Args:
     num_envs: int = 1024
     """M: problem instances per rollout"""
     n_traj: int | None = None
-    """N: trajectories per instance, sampled in parallel from one encoding (default: one per start node with
-    --multi-start, else 50)"""
+    """N: trajectories per instance, sampled in parallel from one encoding; None means one per start node with
+    --multi-start, else 50"""
     multi_start: bool = True
-    """start the N trajectories of an instance from N distinct first nodes (TSP: nodes, CVRP: customers), as
-    POMO does: all of them if N equals their number, else a uniformly random subset per instance"""
+    """start the N trajectories of an instance from N distinct first nodes (TSP: nodes, CVRP: customers), like
+    POMO: all of them if N equals their number, else a uniformly random subset per instance"""
     train_start: bool = True
     """with --multi-start: train the first-node choice too (greedy decoding uses it), with the clipped
     objective's exact expectation over the enumerated starts; otherwise the forced first step is not in the loss"""
     baseline: Literal["critic", "shared"] = "shared"
-    """the advantage: shared (a trajectory's return minus the mean return of its instance's N x K trajectories,
-    POMO's baseline, at every step; no critic) or critic (GAE on the learned value, as in the paper)"""
+    """the advantage: shared (a trajectory's return minus the mean return of its instance's N x K trajectories:
+    the shared baseline of POMO, at every step; no critic) or critic (GAE on the learned value, as in the paper)"""
     train_augment: int = 8
     """K (1..8): each sampled instance is rolled out in K symmetric copies of the unit square whose trajectories
     share one baseline (Sym-NCO); --num-envs counts the copies, so M / K instances are drawn per rollout"""
     num_steps: int | None = None
-    """steps per rollout (default: the longest possible episode, n + 1 for TSP and 2n for CVRP); a rollout
+    """steps per rollout; None means the longest possible episode, n + 1 for TSP and 2n for CVRP; a rollout
     also stops when every trajectory has finished, and an unfinished episode continues in the next rollout"""
     anneal_lr: bool = True
     """toggle learning rate annealing"""
@@ -173,8 +179,6 @@ def with_defaults(args: Args) -> Args:
 def check_args(args: Args) -> None:
     """Rejects impossible settings before anything starts; the message names the argument."""
     problems = []
-    if args.env_id not in ENV_IDS:
-        problems.append(f"--env-id must be one of {sorted(ENV_IDS)}, got {args.env_id!r}")
     if args.num_nodes < 2:
         problems.append(f"--num-nodes must be at least 2, got {args.num_nodes}")
     if args.multi_start and args.n_traj > args.num_nodes:
@@ -224,6 +228,21 @@ def check_args(args: Args) -> None:
         problems.append("--checkpoint-interval and --eval-interval must be >= 0")
     if problems:
         sys.exit("error: " + "\n       ".join(problems))
+
+
+def wandb_problem() -> str | None:
+    """Why --track cannot log, checked before any work so that a run never stops at wandb's
+    interactive login prompt; None when it can (a login, WANDB_API_KEY, or an offline mode)."""
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        return "wandb is not installed: pip install wandb"
+    if os.environ.get("WANDB_MODE") in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_API_KEY"):
+        return None
+    netrc = os.path.expanduser("~/.netrc")
+    if os.path.exists(netrc) and "api.wandb.ai" in Path(netrc).read_text(errors="replace"):
+        return None
+    return "no wandb login: run `wandb login` (or set WANDB_API_KEY), or log offline with WANDB_MODE=offline"
 
 
 RESUME_OVERRIDES = (
@@ -508,6 +527,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
         args, ckpt = resumed_args(args, set() if given is None else given)
     args = with_defaults(args)
     check_args(args)
+    if args.track and (problem := wandb_problem()):
+        sys.exit(f"error: --track: {problem}")
     problem = ENV_IDS[args.env_id]
 
     # data-parallel setup: torchrun sets WORLD_SIZE, RANK and LOCAL_RANK; a plain run is rank 0 of 1
@@ -592,16 +613,20 @@ def main(args: Args, given: set[str] | None = None) -> None:
         if args.track:
             import wandb
 
-            wandb.init(
-                project=args.wandb_project_name,
-                entity=args.wandb_entity,
-                sync_tensorboard=True,
-                config=vars(args),
-                name=run_name,
-                id=run_name.replace("/", "_"),
-                resume="allow",
-                save_code=True,
-            )
+            try:
+                wandb.init(
+                    project=args.wandb_project_name,
+                    entity=args.wandb_entity,
+                    sync_tensorboard=True,
+                    config=vars(args),
+                    name=run_name,
+                    id=run_name.replace("/", "_"),
+                    resume="allow",
+                    save_code=True,
+                    settings=wandb.Settings(init_timeout=30),
+                )
+            except Exception as exc:  # wandb raises its own kinds for login, network and server errors
+                sys.exit(f"error: --track: wandb could not start ({exc}); log offline with WANDB_MODE=offline")
         writer = SummaryWriter(run_dir, purge_step=global_step if ckpt else None)
         if not ckpt:
             writer.add_text(

@@ -1,5 +1,6 @@
 import importlib.util
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -140,7 +141,7 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes(tmp_path, signum):
     [
         (["--num-envs", "10", "--num-minibatches", "3"], "--num-minibatches 3 does not divide --num-envs 10"),
         (["--num-nodes", "1"], "--num-nodes must be at least 2"),
-        (["--env-id", "vrp-v9"], "--env-id must be one of"),
+        (["--env-id", "vrp-v9"], "invalid choice 'vrp-v9' for argument '--env-id'"),
         (["--n-traj", "0"], "--n-traj must be at least 1"),
         (["--resume", "missing.pt"], "--resume: checkpoint missing.pt does not exist"),
         (["--num-nodes", "6", "--n-traj", "7"], "--n-traj 7 exceeds the 6 start nodes of --multi-start"),
@@ -357,3 +358,14 @@ def test_start_loss_is_the_gradient_of_the_expected_advantage():
             torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-7)
             compared += 1
     assert compared > 10
+
+
+def test_track_without_a_wandb_login_fails_at_once(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")}
+    env["HOME"] = str(tmp_path)  # no ~/.netrc login
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "ppo_or.py"), "--track", "--num-nodes", "6", *TINY],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode != 0 and "WANDB_MODE=offline" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
