@@ -168,7 +168,7 @@ def main(args: Args) -> None:
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     try:
         checkpoint = latest_checkpoint(args.checkpoint)
-        if str(checkpoint) != args.checkpoint:
+        if os.path.isdir(args.checkpoint):
             print(f"using {checkpoint} (the latest checkpoint of {args.checkpoint})", flush=True)
         agent, ckpt = load_agent(checkpoint, problem=args.problem, device=device)
         problem = ckpt["problem"]

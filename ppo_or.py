@@ -274,7 +274,7 @@ def resumed_args(args: Args, given: set[str]) -> tuple[Args, dict]:
         ckpt = read_checkpoint(path)
     except ValueError as exc:
         sys.exit(f"error: --resume: {exc}")
-    if str(path) != args.resume:
+    if os.path.isdir(args.resume):
         print(f"resuming from {path} (the latest checkpoint of {args.resume})", flush=True)
     if "args" not in ckpt or "optimizer" not in ckpt:
         sys.exit(f"error: --resume: {args.resume} holds weights only, not a training state (use it with eval.py)")
