@@ -730,7 +730,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
             episode_return[:], episode_length[:] = 0, 0
         static = wrapper.static(next_obs)
         states, actions, logprobs, values, rewards, dones, alive, weights = [], [], [], [], [], [], [], []
-        returns, env_steps = np.zeros((args.num_envs, args.n_traj)), 0
+        env_steps = 0
         with torch.no_grad(), autocast:
             cache = agent.encode(static) if args.encoder_cache else None
             for _ in range(num_steps):
@@ -743,7 +743,6 @@ def main(args: Args, given: set[str] | None = None) -> None:
                     next_obs, reward, _, _, _ = envs.step(no_choice)
                     episode_return += reward
                     episode_length += running
-                    returns += reward
                     continue
                 state = wrapper.state(static, next_obs)
                 forced = args.multi_start and envs.unwrapped.steps == 0
@@ -756,7 +755,6 @@ def main(args: Args, given: set[str] | None = None) -> None:
                 next_obs, reward, terminations, _, _ = envs.step(action.cpu().numpy())
                 episode_return += reward
                 episode_length += running
-                returns += reward
                 states.append({k: v for k, v in state.items() if k not in static})
                 actions.append(action)
                 logprobs.append(logprob.float())
@@ -767,7 +765,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
                 live = torch.as_tensor(running, device=device)
                 alive.append(live & args.train_start if forced else live)
                 if args.multi_start:
-                    weights.append(len(start_actions) * logprob.float().exp() if forced else alive[-1].float())
+                    weights.append(len(start_actions) * logprob.float().exp() if forced else torch.ones_like(logprob))
             if critic:
                 next_value = agent.get_value(wrapper.state(static, next_obs), cache=cache).float()
         # instance-steps of every process (CVRP rollouts end at different steps on each)
@@ -788,9 +786,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
             rewards, dones = torch.stack(rewards), torch.stack(dones)
             advantages = compute_gae(rewards, batch["values"], dones, next_value, args.gamma, args.gae_lambda)
             batch["advantages"], batch["returns"] = advantages, advantages + batch["values"]
-        else:
+        else:  # the shared baseline's rollouts are whole episodes: episode_return is each trajectory's return
             advantages = shared_advantages(
-                torch.as_tensor(returns, dtype=torch.float32, device=device), args.train_augment
+                torch.as_tensor(episode_return, dtype=torch.float32, device=device), args.train_augment
             )
             batch["advantages"] = advantages.expand(len(states), -1, -1)
         rollout_time = time.time() - rollout_start
