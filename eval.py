@@ -3,6 +3,8 @@
     python eval.py --checkpoint runs/<run>/ckpt/1000.pt                        # Kool test set, greedy
     python eval.py --checkpoint ../shared/checkpoints/rlor/tsp50-v0-12000.pt --decode multi-greedy --augment 8
     python eval.py --checkpoint ckpt.pt --data ../shared/benchmarks/tsplib --references ../shared/benchmarks/tsplib/optima.csv
+    python eval.py --checkpoint checkpoints/mtvrp20.pt --variant vrptw --reference-solver pyvrp --num-instances 200
+    python eval.py --checkpoint checkpoints/vrptw20.pt --data ../shared/benchmarks/solomon
 
 Checkpoints written by ppo_or.py and the published RLOR state dicts are both accepted (read with
 weights_only=True); the problem and size come from the checkpoint.
@@ -10,6 +12,7 @@ weights_only=True); the problem and size come from the checkpoint.
 
 import json
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -20,10 +23,12 @@ import torch
 import tyro
 from tqdm import tqdm
 
+from data.datasets import STANDARD_SETS, DataError, Dataset, load_data
+from data.references import solve_reference
+from envs import ENV_VARIANTS
+from envs.vrp import MIXED, VARIANTS
 from models import CheckpointError, latest_checkpoint, load_agent
 from search import decode
-from search.datasets import DataError, Dataset, load_data
-from search.references import solve_reference
 
 
 @dataclass
@@ -35,12 +40,17 @@ class Args:
 
     checkpoint: str
     """path of a ppo_or.py checkpoint (or a run folder: its latest checkpoint) or of a published RLOR agent state dict"""
-    data: str = "kool-test"
-    """kool-test / kool-val (regenerated Kool et al. sets), an .npz file, a .tsp / .vrp file or a folder of them"""
-    problem: Literal["tsp", "cvrp"] | None = None
+    data: str = "test"
+    """test / val (the standard sets: Kool et al.'s for TSP and CVRP, regenerated bit-exactly; the multi-task
+    generator's for VRP variants; kool-test / kool-val are aliases), an .npz file, a .tsp / .vrp / Solomon .txt file
+    or a folder of them"""
+    problem: Literal["tsp", "cvrp", "mtvrp"] | None = None
     """the problem; None takes the checkpoint's (a given one must match it)"""
+    variant: Literal[tuple([*VARIANTS, MIXED])] | None = None
+    """VRP models: the variant of the test / val set (all: attributes drawn per instance); None takes the
+    checkpoint's training variant"""
     num_nodes: int | None = None
-    """size of the kool-test / kool-val instances; None takes the checkpoint's training size"""
+    """size of the test / val instances; None takes the checkpoint's training size"""
     num_instances: int | None = None
     """evaluate only the first K instances; None evaluates all (the Kool sets hold 10,000)"""
     decode: Literal["greedy", "multi-greedy", "sampling"] = "greedy"
@@ -58,7 +68,7 @@ class Args:
     references: str | None = None
     """reference lengths: a CSV (first column instance name, last column value, a header row) or an .npy"""
     reference_solver: Literal["lkh", "pyvrp"] | None = None
-    """compute references on the fly: lkh (elkai, TSP) or pyvrp (CVRP); optional extras"""
+    """compute references on the fly: lkh (elkai, TSP) or pyvrp (CVRP and every VRP variant); optional extras"""
     solver_seconds: float = 1.0
     """pyvrp: time limit per instance"""
     reencode: bool = False
@@ -148,17 +158,43 @@ def plot_routes(path: str, groups: list, results: list, count: int) -> None:
         points = group.node_points(i)
         tour = result["tours"][i]
         nodes = np.concatenate([tour, tour[:1]]) if group.problem == "tsp" else np.concatenate([[0], tour])
-        ax.plot(points[nodes, 0], points[nodes, 1], "-", lw=1, color="tab:blue")
+        free_returns = group.problem == "mtvrp" and bool(group.instances["open_route"][i])
+        for a, b in zip(nodes[:-1], nodes[1:], strict=True):  # an open route's free return is dotted
+            style = ":" if free_returns and b == 0 else "-"
+            ax.plot(points[[a, b], 0], points[[a, b], 1], style, lw=1, color="tab:blue")
         ax.scatter(points[:, 0], points[:, 1], s=8, color="black", zorder=3)
-        start = points[:1] if group.problem == "cvrp" else points[tour[:1]]  # the depot, or the tour's start
+        if group.problem == "mtvrp":  # backhaul (pickup) customers as triangles
+            pickups = np.flatnonzero(group.instances["demand_backhaul"][i] > 0) + 1
+            ax.scatter(points[pickups, 0], points[pickups, 1], s=24, marker="^", color="tab:green", zorder=4)
+        start = points[tour[:1]] if group.problem == "tsp" else points[:1]  # the tour's start, or the depot
         ax.scatter(start[:, 0], start[:, 1], s=60, marker="s", color="tab:red", zorder=4)
-        ax.set_title(f"{group.names[i]}: {result['lengths'][i]:,.{0 if group.rounded else 4}f}", fontsize=9)
+        decimals = {"nearest": 0, "tenth-down": 1}.get(group.rounding, 4)
+        ax.set_title(f"{group.names[i]}: {result['lengths'][i]:,.{decimals}f}", fontsize=9)
         ax.set_aspect("equal")
         ax.set_xticks([])
         ax.set_yticks([])
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def benchmark_class(name: str) -> str | None:
+    """The class of a Solomon instance (C1, C2, R1, R2, RC1, RC2), None for other names."""
+    match = re.fullmatch(r"(RC|C|R)([12])\d\d", name.upper())
+    return match.group(1) + match.group(2) if match else None
+
+
+def print_classes(names: list, gaps: np.ndarray) -> None:
+    """Mean gap per Solomon class, where the instances have Solomon names and gaps."""
+    classes: dict[str, list] = {}
+    for name, gap in zip(names, gaps, strict=True):
+        if (kind := benchmark_class(name)) and np.isfinite(gap):
+            classes.setdefault(kind, []).append(gap)
+    if classes:
+        print(
+            "  mean gap per class: "
+            + ", ".join(f"{k} {np.mean(v):.2f}% ({len(v)})" for k, v in sorted(classes.items()))
+        )
 
 
 def main(args: Args) -> None:
@@ -172,7 +208,13 @@ def main(args: Args) -> None:
             print(f"using {checkpoint} (the latest checkpoint of {args.checkpoint})", flush=True)
         agent, ckpt = load_agent(checkpoint, problem=args.problem, device=device)
         problem = ckpt["problem"]
-        groups = load_data(args.data, problem, args.num_nodes or ckpt["num_nodes"], args.num_instances, args.references)
+        if args.variant and problem != "mtvrp":
+            raise ValueError(
+                f"--variant {args.variant} is for VRP models; this checkpoint is a {problem.upper()} model"
+            )
+        variant = args.variant or ENV_VARIANTS.get(ckpt.get("args", {}).get("env_id"), MIXED)
+        size = args.num_nodes or ckpt["num_nodes"]
+        groups = load_data(args.data, problem, size, args.num_instances, args.references, variant)
         for group in groups:
             if args.decode == "multi-greedy" and args.num_starts and args.num_starts > group.num_nodes:
                 raise ValueError(
@@ -200,7 +242,8 @@ def main(args: Args) -> None:
         )
 
     decoding = args.decode + (f" x{args.augment} aug" if args.augment > 1 else "")
-    print(f"checkpoint {checkpoint} ({problem.upper()}), data {args.data}")
+    what = f"VRP, variant {variant}" if problem == "mtvrp" and args.data in STANDARD_SETS else problem.upper()
+    print(f"checkpoint {checkpoint} ({what}), data {args.data}")
     print(f"{'instances':>10} {'decode':>22} {'mean length':>12} {'mean gap':>9} {'time':>9} {'per inst.':>10}")
     gap_text = f"{mean_gap:8.3f}%" if mean_gap is not None else f"{'-':>9}"
     print(
@@ -211,6 +254,7 @@ def main(args: Args) -> None:
     if len(groups) > 1 or groups[0].points is not None:
         for name, length, ref, gap in zip(names, lengths, references, gaps, strict=True):
             print(f"  {name:<16} {length:>12.2f}" + (f" {ref:>12.2f} {gap:7.2f}%" if np.isfinite(ref) else ""))
+        print_classes(names, gaps)
 
     if args.output:
         out = {

@@ -36,10 +36,10 @@ import torch.distributed as dist
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
-from envs import ENV_IDS, kool_dataset, random_instances
+from data.references import kool_references
+from envs import ENV_IDS, ENV_VARIANTS, standard_dataset
 from models import Agent, StateWrapper, latest_checkpoint, read_checkpoint, save_checkpoint
 from search import augment, decode, forced_actions
-from search.references import kool_references
 
 
 @dataclass
@@ -578,7 +578,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     wrapper = StateWrapper(problem, device)
     val_data, val_references = None, None
     if args.eval_interval and is_main:
-        val_data = kool_dataset(problem, args.num_nodes, "val", args.eval_instances)
+        val_data = standard_dataset(problem, args.num_nodes, "val", args.eval_instances, ENV_VARIANTS.get(args.env_id))
         val_references = kool_references(problem, args.num_nodes, "val", args.eval_instances, "runs/references")
     start_actions = torch.as_tensor(envs.unwrapped.start_actions, device=device)
 
@@ -586,7 +586,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         """Resets the envs on fresh instances: M / K drawn ones in K symmetric copies each."""
         if args.train_augment == 1:
             return envs.reset()[0]
-        drawn = random_instances(problem, envs.unwrapped.rng, args.num_envs // args.train_augment, args.num_nodes)
+        drawn = envs.unwrapped.random_instances(args.num_envs // args.train_augment)
         return envs.reset(options=augment(drawn, args.train_augment))[0]
 
     agent = Agent(problem).to(device)
@@ -777,6 +777,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
             log("charts/episodic_length", episode_length.mean())
             log("charts/tour_length", tour_length.mean())
             log("charts/best_tour_length", tour_length.min(1).mean())
+            for tag, value in envs.unwrapped.episode_statistics().items():  # e.g. VRP: early_return_fraction
+                log(f"charts/{tag}", value)
         steps = stack_states(states)
         batch = {"actions": torch.stack(actions), "logprobs": torch.stack(logprobs), "alive": torch.stack(alive)}
         if args.multi_start:

@@ -57,14 +57,23 @@ class RoutingVectorEnv(VectorEnv):
         ``num_envs`` random instances are drawn."""
         if seed is not None:
             self.rng = np.random.default_rng(seed)
-        if options:
-            self.static = check_instances(self.problem, options, self.num_envs, self.num_nodes)
-        else:
-            self.static = random_instances(self.problem, self.rng, self.num_envs, self.num_nodes)
+        self.static = self.check_instances(options) if options else self.random_instances(self.num_envs)
         self.terminated = np.zeros((self.num_envs, self.n_traj), dtype=bool)
         self.steps = 0
         self._start()
         return self._observation(), {}
+
+    def random_instances(self, count: int) -> dict:
+        """``count`` instances of the env's distribution, drawn from its generator ``rng``."""
+        return random_instances(self.problem, self.rng, count, self.num_nodes)
+
+    def check_instances(self, options: dict) -> dict:
+        """Validates fixed instances given to ``reset``; returns the static arrays."""
+        return check_instances(self.problem, options, self.num_envs, self.num_nodes)
+
+    def episode_statistics(self) -> dict:
+        """Problem-specific figures of the current episodes, logged by the trainer under charts/."""
+        return {}
 
     def step(self, actions):
         """Moves every trajectory to the node in ``actions`` [M, N]; returns observation, reward

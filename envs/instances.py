@@ -11,7 +11,20 @@ from __future__ import annotations
 import numpy as np
 
 PROBLEMS = ("tsp", "cvrp")
-STATIC_KEYS = {"tsp": ("coords",), "cvrp": ("depot", "coords", "demand")}
+STATIC_KEYS = {
+    "tsp": ("coords",),
+    "cvrp": ("depot", "coords", "demand"),
+    "mtvrp": (  # the multi-task VRP env, see envs.vrp
+        "depot",
+        "coords",
+        "demand_linehaul",
+        "demand_backhaul",
+        "time_windows",
+        "service_time",
+        "distance_limit",
+        "open_route",
+    ),
+}
 KOOL_CAPACITY = {10: 20.0, 20: 30.0, 50: 40.0, 100: 50.0}
 KOOL_SEEDS = {"test": 1234, "val": 4321}
 KOOL_SET_SIZE = 10_000

@@ -110,3 +110,93 @@ class CVRPContext(nn.Module):
 
 
 PROBLEM_MODULES = {"tsp": (TSPEmbedding, TSPContext), "cvrp": (CVRPEmbedding, CVRPContext)}
+
+
+def finite_or_zero(x: torch.Tensor) -> torch.Tensor:
+    """Infinite entries (an absent window closing or length limit) become the neutral 0."""
+    return torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+class VRPEmbedding(StaticEmbedding):
+    """The multi-task VRP (``envs.vrp``): one embedding for all 16 variants, as in RouteFinder.
+
+    Customers [B, n, 7]: x, y, linehaul demand, backhaul demand, window opening and closing, service
+    time. Depot [B, 7]: x, y and the instance's attributes: open, distance limit, backhaul present,
+    time windows present, depot closing. An absent attribute's features are 0 (infinite closings and
+    limits included), so one model reads every variant. -> node embeddings [B, n + 1, d], depot first.
+    """
+
+    def __init__(self, embed_dim: int):
+        super().__init__()
+        self.depot = nn.Linear(7, embed_dim)
+        self.node = nn.Linear(7, embed_dim)
+
+    def forward(self, static: dict) -> torch.Tensor:
+        windows = finite_or_zero(static["time_windows"])  # [B, n + 1, 2]
+        customers = torch.cat(
+            [
+                static["coords"],
+                static["demand_linehaul"][..., None],
+                static["demand_backhaul"][..., None],
+                windows[:, 1:],
+                static["service_time"][:, 1:, None],
+            ],
+            dim=-1,
+        )
+        flags = instance_flags(static)
+        depot = torch.cat([static["depot"], flags, windows[:, 0, 1:]], dim=-1)
+        return torch.cat([self.depot(depot)[:, None], self.node(customers)], dim=1)
+
+
+def instance_flags(static: dict) -> torch.Tensor:
+    """[B, 4]: open route, distance limit (0 if none), backhauls present, time windows present."""
+    dtype = static["coords"].dtype
+    return torch.stack(
+        [
+            static["open_route"].to(dtype),
+            finite_or_zero(static["distance_limit"]),
+            (static["demand_backhaul"] > 0).any(-1).to(dtype),
+            torch.isfinite(static["time_windows"][:, 0, 1]).to(dtype),
+        ],
+        dim=-1,
+    )
+
+
+class VRPContext(nn.Module):
+    """[last node embedding ; remaining linehaul and backhaul capacity, current time (0 without time
+    windows), route length and length left (0 without a limit), open route]."""
+
+    node_slots = 1
+    num_features = 6
+
+    def __init__(self, embed_dim: int):
+        super().__init__()
+        self.context_dim = embed_dim + self.num_features
+
+    def node_rows(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """[B, n + 1, 1, d]: the nodes' projected embeddings."""
+        return project_slots(h, weight, self.node_slots)
+
+    def forward(self, cache, state: dict, weight: torch.Tensor) -> torch.Tensor:
+        """Projected step context [B, N, d]; ``weight`` [d, d + 6] is the context projection."""
+        last = sum_slot_rows(cache.node_context, state["last_node"][..., None])
+        timed = torch.isfinite(state["time_windows"][:, 0, 1])[:, None]  # [B, 1]
+        limit = state["distance_limit"][:, None]
+        limited = torch.isfinite(limit)
+        zero = torch.zeros((), dtype=last.dtype, device=last.device)
+        length = torch.where(limited, state["route_length"], zero)
+        features = torch.stack(
+            [
+                state["remaining_linehaul"],
+                state["remaining_backhaul"],
+                torch.where(timed, state["current_time"], zero),
+                length,
+                torch.where(limited, limit - length, zero),
+                state["open_route"].to(last.dtype)[:, None].expand_as(length),
+            ],
+            dim=-1,
+        )
+        return last + features @ weight[:, -self.num_features :].T
+
+
+PROBLEM_MODULES["mtvrp"] = (VRPEmbedding, VRPContext)

@@ -14,6 +14,7 @@ from envs.instances import STATIC_KEYS
 DYNAMIC_KEYS = {
     "tsp": ("action_mask", "first_node", "last_node", "is_initial_action"),
     "cvrp": ("action_mask", "last_node", "current_load"),
+    "mtvrp": ("action_mask", "last_node", "remaining_linehaul", "remaining_backhaul", "current_time", "route_length"),
 }
 
 

@@ -21,7 +21,7 @@ import torch
 from envs import VECTOR_ENVS
 from models.agent import Agent, sample
 from models.state import StateWrapper
-from search.solutions import InvalidTourError, tour_length, validate_tour
+from search.solutions import InvalidTourError, tour_length, validate_tour, vrp_cost
 
 DECODES = ("greedy", "multi-greedy", "sampling")
 SYMMETRIES = 8
@@ -30,8 +30,8 @@ SYMMETRIES = 8
 @dataclass
 class DecodeResult:
     """Best solution per instance: ``lengths`` [B] (unit-square Euclidean), ``tours`` (B arrays of
-    actions: TSP the n nodes in visiting order, CVRP the actions after the depot start, ending at the
-    depot) and ``seconds`` spent decoding."""
+    actions: TSP the n nodes in visiting order, CVRP and VRP the actions after the depot start, ending
+    at the depot) and ``seconds`` spent decoding."""
 
     lengths: np.ndarray
     tours: list
@@ -49,9 +49,11 @@ def augment(instances: dict, copies: int) -> dict:
         variants = [(x, y), (y, x), (1 - x, y), (1 - y, x), (x, 1 - y), (y, 1 - x), (1 - x, 1 - y), (1 - y, 1 - x)]
         return [np.concatenate(v, axis=-1) for v in variants[:copies]]
 
-    out = {key: np.concatenate(transforms(instances[key])) for key in ("coords", "depot") if key in instances}
-    if "demand" in instances:
-        out["demand"] = np.tile(instances["demand"], (copies, 1))
+    points = ("coords", "depot")
+    out = {key: np.concatenate(transforms(instances[key])) for key in points if key in instances}
+    for key, value in instances.items():  # demands, windows, ...: distances are kept, so they repeat
+        if key not in points:
+            out[key] = np.concatenate([value] * copies)
     return out
 
 
@@ -189,6 +191,8 @@ def check_solutions(problem: str, instances: dict, tours: list, lengths: np.ndar
         if problem == "tsp":
             validate_tour(problem, tour, num_nodes)
             length = tour_length(instances["coords"][b], tour, closed=True)
+        elif problem == "mtvrp":
+            length = vrp_cost({key: value[b] for key, value in instances.items()}, tour)
         else:
             validate_tour(problem, tour, num_nodes, instances["demand"][b])
             points = np.concatenate([instances["depot"][b][None], instances["coords"][b]])

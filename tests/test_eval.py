@@ -126,7 +126,7 @@ def test_validation_references_are_computed_once_and_cached(tmp_path):
     """The trainer's gap references: LKH on the first Kool instances, cached as an .npy. On TSP20
     they equal the shared LKH lengths of the test set (LKH is optimal there)."""
     pytest.importorskip("elkai", reason="elkai is an optional extra")
-    from search.references import kool_references
+    from data.references import kool_references
 
     lengths = kool_references("tsp", 20, "test", 20, str(tmp_path))
     cached = tmp_path / "tsp20_test_seed1234_first20_lkh.npy"
@@ -185,9 +185,14 @@ def test_bad_inputs_fail_with_a_message(tmp_path, small_checkpoints):
         "--checkpoint", tsp, "--decode", "multi-greedy", "--num-starts", "11"
     )
     assert "no such file" in fails("--checkpoint", tsp, "--data", str(tmp_path / "missing.npz"))
-    text = tmp_path / "notes.txt"
+    text = tmp_path / "notes.md"
     text.write_text("hello")
     assert "expected an .npz" in fails("--checkpoint", tsp, "--data", str(text))
+    text = text.rename(tmp_path / "notes.txt")
+    assert "read as a Solomon VRPTW instance, but the model solves TSP" in fails(
+        "--checkpoint", tsp, "--data", str(text)
+    )
+    assert "--variant vrptw is for VRP models" in fails("--checkpoint", tsp, "--variant", "vrptw")
     garbage = tmp_path / "garbage.npz"
     garbage.write_bytes(b"not a zip")
     assert "not a readable .npz" in fails("--checkpoint", tsp, "--data", str(garbage))

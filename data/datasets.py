@@ -1,10 +1,11 @@
-"""Test data for evaluation: the Kool et al. sets, .npz files, TSPLIB / CVRPLIB files.
+"""Test data for evaluation: the standard generated sets, .npz files, TSPLIB / CVRPLIB / Solomon files.
 
 Every source becomes one or more ``Dataset`` groups of equal-size instances in the unit square
 (what the model sees), each with a way to report a tour's length in the source's own units:
-unit-square Euclidean for generated and .npz data, and for TSPLIB / CVRPLIB files the instance's
-own coordinates with TSPLIB's EUC_2D rule (each edge rounded to the nearest integer), so that gaps
-compare with published optima.
+unit-square Euclidean for generated and .npz data; for TSPLIB / CVRPLIB files the instance's own
+coordinates with TSPLIB's EUC_2D rule (each edge rounded to the nearest integer), and for Solomon
+files with the DIMACS rule of their best-known solutions (each edge truncated to one decimal), so
+that gaps compare with published optima.
 """
 
 from __future__ import annotations
@@ -15,10 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
-from envs.instances import check_instances, kool_dataset
-from search.solutions import tour_length
+from envs import standard_dataset
+from envs.instances import check_instances
+from envs.vrp import STATIC_KEYS as VRP_KEYS
+from envs.vrp import check_vrp_instances
+from search.solutions import round_lengths, tour_length
 
-FILE_SUFFIXES = {".tsp": "tsp", ".vrp": "cvrp"}
+FILE_SUFFIXES = {".tsp": "tsp", ".vrp": "cvrp", ".txt": "mtvrp"}
+STANDARD_SETS = {"kool-test": "test", "kool-val": "val", "test": "test", "val": "val"}
+REFERENCE_COLUMNS = ("distance", "cost", "value", "length", "optimal_length", "best_known_cost", "reference")
 
 
 class DataError(ValueError):
@@ -29,14 +35,15 @@ class DataError(ValueError):
 class Dataset:
     """Instances of one size. ``instances``: static arrays [B, ...] in the unit square; ``names`` [B];
     ``references`` [B] reference lengths in reported units (NaN where unknown); ``points`` (files
-    only): B arrays [A, 2] of the original coordinates indexed by action, depot first for CVRP."""
+    only): B arrays [A, 2] of the original coordinates indexed by action, depot first for CVRP and
+    VRP; ``rounding``: how edges are reported (``search.solutions.ROUNDINGS``)."""
 
     problem: str
     instances: dict
     names: list
     references: np.ndarray
     points: list | None = None
-    rounded: bool = False
+    rounding: str = "exact"
 
     @property
     def num_nodes(self) -> int:
@@ -46,14 +53,14 @@ class Dataset:
         """The length of ``tour`` (actions) of instance ``index`` in the data's own units."""
         closed = self.problem == "tsp"
         nodes = tour if closed else np.concatenate([[0], tour])
-        return tour_length(self.node_points(index), nodes, closed=closed, rounded=self.rounded)
+        free_returns = self.problem == "mtvrp" and bool(self.instances["open_route"][index])
+        return tour_length(self.node_points(index), nodes, closed, self.rounding, free_returns)
 
     def distance_matrix(self, index: int) -> np.ndarray:
         """Distances [A, A] between the nodes of instance ``index`` in reported units (for the
         reference solvers)."""
         points = self.node_points(index)
-        dist = np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1))
-        return np.rint(dist) if self.rounded else dist
+        return round_lengths(np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1)), self.rounding)
 
     def node_points(self, index: int) -> np.ndarray:
         """Coordinates [A, 2] of instance ``index`` in reported units, indexed by action."""
@@ -64,27 +71,38 @@ class Dataset:
 
 
 def load_data(
-    source: str, problem: str, num_nodes: int, num_instances: int | None = None, references: str | None = None
+    source: str,
+    problem: str,
+    num_nodes: int,
+    num_instances: int | None = None,
+    references: str | None = None,
+    variant: str | None = None,
 ) -> list[Dataset]:
-    """Loads ``source``: ``kool-test`` / ``kool-val`` (of ``num_nodes``), an .npz file, a .tsp or .vrp
-    file, or a folder of them. ``references`` names a CSV (name, ..., value) or an .npy of lengths."""
-    if source in ("kool-test", "kool-val"):
-        instances = kool_dataset(problem, num_nodes, source[5:], num_instances)
+    """Loads ``source``: ``test`` / ``val`` (alias ``kool-test`` / ``kool-val``: the standard sets of
+    ``num_nodes``, Kool et al.'s for TSP and CVRP, the generator's of ``variant`` for the VRP), an
+    .npz file, a .tsp / .vrp / Solomon .txt file, or a folder of them. ``references`` names a CSV
+    (name, ..., value) or an .npy of lengths; a folder's own ``best_known.csv`` is read when none is
+    given."""
+    if source in STANDARD_SETS:
+        instances = standard_dataset(problem, num_nodes, STANDARD_SETS[source], num_instances, variant)
         count = len(instances["coords"])
-        groups = [Dataset(problem, instances, [f"{source}-{i}" for i in range(count)], np.full(count, np.nan))]
+        label = f"{variant}-{STANDARD_SETS[source]}" if problem == "mtvrp" else source
+        groups = [Dataset(problem, instances, [f"{label}-{i}" for i in range(count)], np.full(count, np.nan))]
     else:
         path = Path(source)
         if not path.exists():
-            raise DataError(f"--data {source}: no such file or folder (or use kool-test / kool-val)")
+            raise DataError(f"--data {source}: no such file or folder (or use test / val)")
         if path.is_dir():
             groups = load_folder(path, problem)
+            if references is None and (path / "best_known.csv").is_file():
+                references = str(path / "best_known.csv")
         elif path.suffix == ".npz":
             groups = [load_npz(path, problem)]
         elif path.suffix in FILE_SUFFIXES:
             groups = group_by_size([load_routing_file(path, problem)])
         else:
             raise DataError(
-                f"--data {source}: expected an .npz, .tsp or .vrp file, a folder of them, or kool-test / kool-val"
+                f"--data {source}: expected an .npz, .tsp, .vrp or Solomon .txt file, a folder of them, or test / val"
             )
         if num_instances is not None:
             groups = take_first(groups, num_instances)
@@ -100,6 +118,8 @@ def load_npz(path: Path, problem: str) -> Dataset:
         data = dict(np.load(path, allow_pickle=False))
     except Exception as exc:
         raise DataError(f"{path}: not a readable .npz file ({exc})") from exc
+    if problem == "mtvrp":
+        return load_vrp_npz(path, data)
     keys = {"tsp": ["coords"], "cvrp": ["depot", "coords", "demand", "capacity"]}[problem]
     missing = [k for k in keys if k not in data]
     if missing:
@@ -108,18 +128,27 @@ def load_npz(path: Path, problem: str) -> Dataset:
         )
     instances = {k: data[k] for k in keys if k != "capacity"}
     if problem == "cvrp":
-        demand, capacity = np.asarray(data["demand"], dtype=np.float64), np.asarray(data["capacity"], dtype=np.float64)
-        if capacity.ndim > 1 or (capacity.ndim == 1 and capacity.shape != demand.shape[:1]):
-            raise DataError(
-                f"{path}: 'capacity' must be a scalar or one value per instance [B], got {list(capacity.shape)}"
-            )
-        if not np.isfinite(capacity).all() or (capacity <= 0).any():
-            raise DataError(f"{path}: 'capacity' must be positive")
-        instances["demand"] = demand / (capacity[:, None] if capacity.ndim else capacity)
+        instances["demand"] = per_capacity(path, data["demand"], data["capacity"])
     try:
         instances = check_instances(problem, instances)
     except ValueError as exc:
         raise DataError(f"{path}: {exc}") from exc
+    return npz_dataset(path, problem, instances, data)
+
+
+def per_capacity(path: Path, demand, capacity) -> np.ndarray:
+    """Integer demands [B, n] divided by the ``capacity`` (a scalar or one per instance [B])."""
+    demand, capacity = np.asarray(demand, dtype=np.float64), np.asarray(capacity, dtype=np.float64)
+    if capacity.ndim > 1 or (capacity.ndim == 1 and capacity.shape != demand.shape[:1]):
+        raise DataError(
+            f"{path}: 'capacity' must be a scalar or one value per instance [B], got {list(capacity.shape)}"
+        )
+    if not np.isfinite(capacity).all() or (capacity <= 0).any():
+        raise DataError(f"{path}: 'capacity' must be positive")
+    return demand / (capacity.reshape(-1, *[1] * (demand.ndim - 1)) if capacity.ndim else capacity)
+
+
+def npz_dataset(path: Path, problem: str, instances: dict, data: dict) -> Dataset:
     count = len(instances["coords"])
     references = np.full(count, np.nan)
     if "reference" in data:
@@ -129,12 +158,59 @@ def load_npz(path: Path, problem: str) -> Dataset:
     return Dataset(problem, instances, [f"{path.stem}-{i}" for i in range(count)], references)
 
 
+def load_vrp_npz(path: Path, data: dict) -> Dataset:
+    """A multi-task VRP .npz: ``depot`` [B, 2], ``coords`` [B, n, 2] (unit square), integer
+    ``demand_linehaul`` and ``demand_backhaul`` [B, n] (a customer has one or the other), ``capacity``
+    (scalar or [B]), ``time_windows`` [B, n + 1, 2] and ``service_time`` [B, n + 1] (depot first),
+    ``distance_limit`` [B], ``open_route`` [B] (bool), optional ``reference`` [B]. An absent
+    attribute may be left out: no backhauls, windows [0, inf] and no service, no limit, closed routes.
+    ``demand`` is read as ``demand_linehaul`` (a CVRP file is a VRP file without attributes)."""
+    if "demand_linehaul" not in data and "demand" in data:
+        data["demand_linehaul"] = data.pop("demand")
+    required = ["depot", "coords", "demand_linehaul", "capacity"]
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise DataError(
+            f"{path}: a VRP .npz file needs the keys {required} (+ optional demand_backhaul, time_windows, "
+            f"service_time, distance_limit, open_route, reference); missing {missing}"
+        )
+    unknown = [k for k in data if k not in (*VRP_KEYS, "capacity", "reference")]
+    if unknown:
+        raise DataError(f"{path}: unknown keys {unknown}; a VRP .npz file has {[*VRP_KEYS, 'capacity', 'reference']}")
+    coords = np.asarray(data["coords"])
+    if coords.ndim != 3:
+        raise DataError(f"{path}: 'coords' must have shape [B, n, 2], got {list(coords.shape)}")
+    m, n = coords.shape[:2]
+    windows = np.zeros((m, n + 1, 2))
+    windows[..., 1] = np.inf
+    defaults = {
+        "demand_backhaul": np.zeros(np.shape(data["demand_linehaul"])),
+        "time_windows": windows,
+        "service_time": np.zeros((m, n + 1)),
+        "distance_limit": np.full(m, np.inf),
+        "open_route": np.zeros(m, dtype=bool),
+    }
+    instances = {key: data.get(key, defaults.get(key)) for key in VRP_KEYS}
+    for key in ("demand_linehaul", "demand_backhaul"):
+        instances[key] = per_capacity(path, instances[key], data["capacity"])
+    try:
+        instances = check_vrp_instances(instances)
+    except ValueError as exc:
+        raise DataError(f"{path}: {exc}") from exc
+    return npz_dataset(path, "mtvrp", instances, data)
+
+
 def load_routing_file(path: Path, problem: str) -> Dataset:
-    """One TSPLIB .tsp or CVRPLIB .vrp instance (EUC_2D), normalised into the unit square."""
+    """One TSPLIB .tsp, CVRPLIB .vrp (EUC_2D) or Solomon .txt instance, normalised into the unit square."""
     import vrplib
 
     if FILE_SUFFIXES[path.suffix] != problem:
-        raise DataError(f"{path}: a {FILE_SUFFIXES[path.suffix].upper()} file, but the model solves {problem.upper()}")
+        kind = {".tsp": "a TSP file", ".vrp": "a CVRP file", ".txt": "a .txt file is read as a Solomon VRPTW instance"}[
+            path.suffix
+        ]
+        raise DataError(f"{path}: {kind}, but the model solves {problem.upper()}")
+    if problem == "mtvrp":
+        return load_solomon(path)
     try:
         raw = vrplib.read_instance(path, compute_edge_weights=False)
     except Exception as exc:
@@ -176,14 +252,61 @@ def load_routing_file(path: Path, problem: str) -> Dataset:
         raise DataError(f"{path}: {exc}") from exc
     name = str(raw.get("name", path.stem))
     return Dataset(
-        problem, instances, [name], np.array([file_reference(path, problem, points)]), [points], rounded=True
+        problem, instances, [name], np.array([file_reference(path, problem, points)]), [points], rounding="nearest"
     )
+
+
+def load_solomon(path: Path) -> Dataset:
+    """One Solomon VRPTW instance (Solomon's text format, read by vrplib), scaled into the unit
+    square: coordinates and times (travel time = distance) divided by the coordinates' span,
+    demands by the capacity. Lengths are reported in the file's units with each edge truncated to
+    one decimal, the rule of the best-known solutions (a solution feasible with exact distances is
+    feasible under it)."""
+    import vrplib
+
+    try:
+        raw = vrplib.read_instance(path, instance_format="solomon", compute_edge_weights=False)
+        points = np.asarray(raw["node_coord"], dtype=np.float64)
+        demand = np.asarray(raw["demand"], dtype=np.float64)
+        windows = np.asarray(raw["time_window"], dtype=np.float64)
+        service = np.asarray(raw["service_time"], dtype=np.float64)
+        capacity = float(raw["capacity"])
+    except Exception as exc:
+        raise DataError(f"{path}: cannot be read as a Solomon VRPTW instance ({exc})") from exc
+    count = len(points)
+    if (
+        points.shape != (count, 2)
+        or demand.shape != (count,)
+        or windows.shape != (count, 2)
+        or service.shape != (count,)
+    ):
+        raise DataError(f"{path}: malformed CUSTOMER table (7 columns per node, the depot first)")
+    low, span = points.min(0), (points.max(0) - points.min(0)).max()
+    span = span if span > 0 else 1.0
+    unit = (points - low) / span
+    instances = {
+        "depot": unit[None, 0],
+        "coords": unit[None, 1:],
+        "demand_linehaul": demand[None, 1:] / capacity,
+        "demand_backhaul": np.zeros((1, count - 1)),
+        "time_windows": windows[None] / span,
+        "service_time": service[None] / span,
+        "distance_limit": np.array([np.inf]),
+        "open_route": np.array([False]),
+    }
+    try:
+        instances = check_vrp_instances(instances)
+    except ValueError as exc:
+        raise DataError(f"{path}: {exc}") from exc
+    reference = file_reference(path, "mtvrp", points)
+    name = str(raw.get("name", path.stem))
+    return Dataset("mtvrp", instances, [name], np.array([reference]), [points], rounding="tenth-down")
 
 
 def file_reference(path: Path, problem: str, points: np.ndarray) -> float:
     """The optimal / best-known length from a ``.sol`` (CVRPLIB) or ``.opt.tour`` (TSPLIB) file beside
     the instance, NaN if there is none."""
-    if problem == "cvrp" and path.with_suffix(".sol").exists():
+    if problem in ("cvrp", "mtvrp") and path.with_suffix(".sol").exists():
         import vrplib
 
         return float(vrplib.read_solution(path.with_suffix(".sol"))["cost"])
@@ -191,12 +314,12 @@ def file_reference(path: Path, problem: str, points: np.ndarray) -> float:
     if problem == "tsp" and tour_file.exists():
         lines = tour_file.read_text().split("TOUR_SECTION", 1)[-1].split()
         tour = [int(x) - 1 for x in lines if x.lstrip("-").isdigit() and int(x) > 0]
-        return tour_length(points, tour, closed=True, rounded=True)
+        return tour_length(points, tour, closed=True, rounding="nearest")
     return float("nan")
 
 
 def load_folder(folder: Path, problem: str) -> list[Dataset]:
-    suffix = {"tsp": ".tsp", "cvrp": ".vrp"}[problem]
+    suffix = {"tsp": ".tsp", "cvrp": ".vrp", "mtvrp": ".txt"}[problem]
     files = sorted(folder.glob(f"*{suffix}"))
     if not files:
         raise DataError(f"{folder}: no {suffix} files for a {problem.upper()} model")
@@ -242,7 +365,8 @@ def take_first(groups: list[Dataset], count: int) -> list[Dataset]:
 
 def apply_references(groups: list[Dataset], path: Path) -> None:
     """Fills references from an .npy of lengths (in instance order) or a CSV whose first column is
-    the instance name and last column the value (one header row)."""
+    the instance name and whose value column is the one headed distance / cost / value / length /
+    optimal_length / best_known_cost / reference, else the last (one header row)."""
     if not path.is_file():
         raise DataError(f"--references {path}: no such file")
     if path.suffix == ".npy":
@@ -257,8 +381,10 @@ def apply_references(groups: list[Dataset], path: Path) -> None:
         return
     try:
         with open(path, newline="") as f:
-            rows = list(csv.reader(f))[1:]
-        table = {row[0].strip(): float(row[-1]) for row in rows if row}
+            header, *rows = list(csv.reader(f)) or [[]]
+        named = [i for i, h in enumerate(header) if h.strip().lower() in REFERENCE_COLUMNS]
+        column = named[0] if named else -1
+        table = {row[0].strip(): float(row[column]) for row in rows if row}
     except (ValueError, UnicodeDecodeError, csv.Error) as exc:
         raise DataError(
             f"--references {path}: not a CSV of name, ..., value rows with a header (or an .npy) ({exc})"

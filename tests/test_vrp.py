@@ -1,0 +1,203 @@
+"""The multi-task VRP env (16 variants): feasibility against an independent checker, rewards equal
+to costs, solvable masks, agreement with the single env and with the CVRP env, bad input."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from checks import check_vrp_actions, random_allowed_actions
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envs import ENV_VARIANTS, CVRPVectorEnv, VRPVectorEnv
+from envs.vrp import VARIANTS, check_vrp_instances, instance_variants, vrp_instances
+from search.solutions import InvalidTourError, vrp_cost
+
+
+def run_random(env, rng, options=None, seed=None):
+    """Random allowed actions to the end; checks that the mask always allows an action."""
+    obs, _ = env.reset(seed=seed, options=options)
+    actions, rewards = [], []
+    for _ in range(env.max_episode_steps):
+        assert obs["action_mask"].any(-1).all(), "a trajectory has no allowed action"
+        a = random_allowed_actions(obs["action_mask"], rng)
+        obs, r, terminated, _, _ = env.step(a)
+        actions.append(a)
+        rewards.append(r)
+        if terminated.all():
+            break
+    assert env.terminated.all(), "episode did not finish within max_episode_steps"
+    return np.stack(actions, -1), np.stack(rewards, -1)
+
+
+def one(static, b):
+    return {k: v[b] for k, v in static.items()}
+
+
+def test_sixteen_registered_variants():
+    assert len(VARIANTS) == 16 and len(ENV_VARIANTS) == 16  # 15 + cvrp-v0 of its own, + mtvrp-v0
+    assert set(ENV_VARIANTS) == {f"{v}-v0" for v in VARIANTS if v != "cvrp"} | {"mtvrp-v0"}
+    env = gym.make_vec("ovrpbltw-v0", num_envs=3, vectorization_mode="vector_entry_point", num_nodes=6, n_traj=2)
+    assert env.unwrapped.variant == "ovrpbltw"
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(2, 14), m=st.integers(1, 3), traj=st.integers(1, 4), seed=st.integers(0, 2**31))
+def test_random_trajectories_are_feasible_and_rewards_are_costs(variant, n, m, traj, seed):
+    env = VRPVectorEnv(num_envs=m, num_nodes=n, n_traj=traj, variant=variant)
+    actions, rewards = run_random(env, np.random.default_rng(seed), seed=seed)
+    without_backhauls = variant.replace("vrpb", "vrp") if variant != "vrpb" else "cvrp"  # none drawn
+    assert set(instance_variants(env.static)) <= {variant, without_backhauls}
+    for b in range(m):
+        for j in range(traj):
+            cost = check_vrp_actions(actions[b, j], one(env.static, b))
+            assert -rewards[b, j].sum() == pytest.approx(cost, rel=1e-9, abs=1e-9)
+            steps = int(np.flatnonzero(actions[b, j])[-1]) + 2
+            assert vrp_cost(one(env.static, b), actions[b, j, :steps]) == pytest.approx(cost, rel=1e-9)
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(2, 12), m=st.integers(1, 6), seed=st.integers(0, 2**31))
+def test_mixed_variant_trajectories_are_feasible(n, m, seed):
+    env = VRPVectorEnv(num_envs=m, num_nodes=n, n_traj=3, variant="all")
+    actions, rewards = run_random(env, np.random.default_rng(seed), seed=seed)
+    for b in range(m):
+        for j in range(3):
+            assert -rewards[b, j].sum() == pytest.approx(check_vrp_actions(actions[b, j], one(env.static, b)))
+
+
+def test_mixed_variant_draws_each_attribute_with_probability_half():
+    static = vrp_instances(np.random.default_rng(0), 4000, 10, "all")
+    counts = {v: 0 for v in VARIANTS}
+    for v in instance_variants(static):
+        counts[v] += 1
+    assert all(180 < c < 320 for c in counts.values()), counts  # 250 expected each
+
+
+@pytest.mark.parametrize("variant", ["cvrp", "vrptw", "ovrpbltw", "all"])
+def test_vector_env_equals_single_envs(variant):
+    m, n, traj = 3, 9, 4
+    vec = VRPVectorEnv(num_envs=m, num_nodes=n, n_traj=traj, variant=variant)
+    obs, _ = vec.reset(seed=5)
+    singles = [
+        gym.make(f"{'mtvrp' if variant in ('all', 'cvrp') else variant}-v0", num_nodes=n, n_traj=traj) for _ in range(m)
+    ]
+    single_obs = [s.reset(options=one(vec.static, b))[0] for b, s in enumerate(singles)]
+    rng = np.random.default_rng(1)
+    while not vec.terminated.all():
+        a = random_allowed_actions(obs["action_mask"], rng)
+        obs, r, term, _, _ = vec.step(a)
+        for b, s in enumerate(singles):
+            single_obs[b], rs, ts, _, _ = s.step(a[b])
+            np.testing.assert_array_equal(rs, r[b])
+            np.testing.assert_array_equal(ts, term[b])
+            for key, value in single_obs[b].items():
+                np.testing.assert_array_equal(value, obs[key][b])
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(2, 12), m=st.integers(1, 4), seed=st.integers(0, 2**31))
+def test_cvrp_variant_steps_like_the_cvrp_env(n, m, seed):
+    """The multi-task env without attributes is the CVRP env: same masks and rewards."""
+    static = vrp_instances(np.random.default_rng(seed), m, n, "cvrp")
+    vrp = VRPVectorEnv(num_envs=m, num_nodes=n, n_traj=3)
+    cvrp = CVRPVectorEnv(num_envs=m, num_nodes=n, n_traj=3)
+    obs, _ = vrp.reset(options=static)
+    old, _ = cvrp.reset(options={k: static[k] for k in ("depot", "coords")} | {"demand": static["demand_linehaul"]})
+    rng = np.random.default_rng(seed)
+    while not vrp.terminated.all():
+        np.testing.assert_array_equal(obs["action_mask"], old["action_mask"])
+        a = random_allowed_actions(obs["action_mask"], rng)
+        obs, r, _, _, _ = vrp.step(a)
+        old, r_old, _, _, _ = cvrp.step(a)
+        np.testing.assert_allclose(r, r_old, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(obs["remaining_linehaul"], old["current_load"], atol=1e-12)
+    assert cvrp.terminated.all()
+
+
+def test_generator_follows_rl4co():
+    static = vrp_instances(np.random.default_rng(3), 2000, 50, "ovrpbltw")
+    lines, backs = static["demand_linehaul"] * 40, static["demand_backhaul"] * 40  # capacity 40 at n = 50
+    assert set(np.unique(lines[lines > 0])) == set(range(1, 10)) == set(np.unique(backs[backs > 0]))
+    assert abs((backs > 0).mean() - 0.2) < 0.01
+    windows, service = static["time_windows"], static["service_time"]
+    assert (windows[:, 0] == [0.0, 4.6]).all() and (service[:, 0] == 0).all()
+    assert 0.15 <= service[:, 1:].min() and service[:, 1:].max() <= 0.18
+    width = windows[:, 1:, 1] - windows[:, 1:, 0]
+    assert 0.18 <= width.min() and width.max() <= 0.2
+    d0 = np.linalg.norm(static["coords"] - static["depot"][:, None], axis=-1)
+    assert (windows[:, 1:, 0] >= d0 - 1e-12).all()  # reachable
+    assert (windows[:, 1:, 1] + service[:, 1:] + d0 <= 4.6 + 1e-9).all()  # and back in time
+    assert (static["distance_limit"] == 3.0).all() and static["open_route"].all()
+    check_vrp_instances(static)  # solvable
+    plain = vrp_instances(np.random.default_rng(3), 5, 50, "cvrp")
+    assert np.isinf(plain["distance_limit"]).all() and (plain["demand_backhaul"] == 0).all()
+    assert np.isinf(plain["time_windows"][..., 1]).all() and not plain["open_route"].any()
+    np.testing.assert_array_equal(plain["coords"], vrp_instances(np.random.default_rng(3), 5, 50, "vrptw")["coords"])
+
+
+def test_checker_rejects_infeasible_tours():
+    static = vrp_instances(np.random.default_rng(0), 1, 6, "vrpbltw")
+    inst = one(static, 0)
+    inst["demand_backhaul"] = np.array([0.0, 0.0, 0.0, 0.0, 0.1, 0.1])
+    inst["demand_linehaul"] = np.array([0.1, 0.1, 0.1, 0.1, 0.0, 0.0])
+    inst["time_windows"][1:] = [0.0, 10.0]
+    inst["time_windows"][0, 1] = 10.0
+    inst["distance_limit"] = 100.0
+    vrp_cost(inst, np.array([1, 2, 3, 4, 5, 6, 0]))
+    with pytest.raises(InvalidTourError, match="after a backhaul"):
+        vrp_cost(inst, np.array([1, 5, 2, 3, 4, 6, 0]))
+    with pytest.raises(InvalidTourError, match="exactly once"):
+        vrp_cost(inst, np.array([1, 2, 3, 4, 5, 0]))
+    inst["time_windows"][3] = [0.0, 0.01]
+    with pytest.raises(InvalidTourError, match="window closes"):
+        vrp_cost(inst, np.array([1, 2, 3, 4, 5, 6, 0]))
+
+
+def valid_options(m=2, n=4):
+    return vrp_instances(np.random.default_rng(0), m, n, "vrpbltw")
+
+
+def changed(key, fn):
+    def change(options):
+        options[key] = fn(options[key].copy())
+        return options
+
+    return change
+
+
+def set_at(index, value):
+    def fn(a):
+        a[index] = value
+        return a
+
+    return fn
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (changed("time_windows", set_at((0, 2), [2.0, 1.0])), "opens after it closes"),
+        (changed("service_time", set_at((1, 3), -0.1)), "'service_time' must not be negative"),
+        (changed("distance_limit", set_at(0, 0.01)), "longer than the distance limit"),
+        (changed("time_windows", set_at((0, 0), [0.0, 0.3])), "back at the depot"),
+        (
+            lambda o: o | {"demand_backhaul": np.concatenate([np.full((2, 1), 0.1), o["demand_backhaul"]], axis=1)},
+            "the depot has none",
+        ),
+        (changed("demand_linehaul", lambda a: a + 0.1), "both a linehaul and a backhaul|neither"),
+        (changed("demand_linehaul", set_at((0, 0), 1.5)), "capacity"),
+        (changed("coords", lambda a: a + 2), "unit square"),
+        (lambda o: {k: v for k, v in o.items() if k != "open_route"}, "missing"),
+    ],
+)
+def test_invalid_vrp_options_raise(change, message):
+    options = valid_options()
+    options["demand_linehaul"][:, :] = np.where(options["demand_backhaul"] > 0, 0.0, 0.1)
+    with pytest.raises(ValueError, match=message):
+        VRPVectorEnv(num_envs=2, num_nodes=4).reset(options=change(options))
+
+
+def test_bad_variant_raises():
+    with pytest.raises(ValueError, match="variant must be one of"):
+        VRPVectorEnv(num_envs=1, num_nodes=4, variant="vrpx")
