@@ -2,7 +2,14 @@
 
 from models.agent import Agent
 from models.attention_model import AttentionModel, Cache
-from models.checkpoints import CheckpointError, latest_checkpoint, load_agent, read_checkpoint, save_checkpoint
+from models.checkpoints import (
+    CheckpointError,
+    export_weights,
+    latest_checkpoint,
+    load_agent,
+    read_checkpoint,
+    save_checkpoint,
+)
 from models.state import StateWrapper
 
 __all__ = [
@@ -11,6 +18,7 @@ __all__ = [
     "Cache",
     "CheckpointError",
     "StateWrapper",
+    "export_weights",
     "latest_checkpoint",
     "load_agent",
     "read_checkpoint",

@@ -137,3 +137,15 @@ def save_checkpoint(payload: dict, path: str | os.PathLike) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+SHIPPED_KEYS = ("problem", "num_nodes", "model_config", "model", "args", "global_step", "elapsed_seconds")
+
+
+def export_weights(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Writes the evaluation part of a checkpoint (weights, problem, size and training arguments;
+    no optimizer or random states) to ``target``: the few-MB files shipped in checkpoints/. They
+    load with ``load_agent`` and eval.py; ``--resume`` refuses them."""
+    ckpt = read_checkpoint(source)
+    save_checkpoint({key: ckpt[key] for key in SHIPPED_KEYS if key in ckpt}, target)
+

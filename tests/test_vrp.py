@@ -1,15 +1,23 @@
-"""The multi-task VRP env (16 variants): feasibility against an independent checker, rewards equal
-to costs, solvable masks, agreement with the single env and with the CVRP env, bad input."""
+"""The multi-task VRP (16 variants): the env's solutions against an independent checker, rewards equal
+to costs, solvable masks, agreement with the single env and with the CVRP env, bad input; evaluation
+on generated sets, .npz files and Solomon files; PyVRP references."""
+
+import importlib
+import json
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from checks import check_vrp_actions, random_allowed_actions
+import torch
+from checks import SHARED, check_vrp_actions, random_allowed_actions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from data.datasets import load_data
+from data.references import pyvrp_vrp_tour, solve_reference
 from envs import ENV_VARIANTS, CVRPVectorEnv, VRPVectorEnv
-from envs.vrp import VARIANTS, check_vrp_instances, instance_variants, vrp_instances
+from envs.vrp import VARIANTS, check_vrp_instances, instance_variants, vrp_dataset, vrp_instances
+from models import Agent, save_checkpoint
 from search.solutions import InvalidTourError, vrp_cost
 
 
@@ -201,3 +209,102 @@ def test_invalid_vrp_options_raise(change, message):
 def test_bad_variant_raises():
     with pytest.raises(ValueError, match="variant must be one of"):
         VRPVectorEnv(num_envs=1, num_nodes=4, variant="vrpx")
+
+
+# ---- evaluation: test sets, .npz files, Solomon files, PyVRP references ----
+
+SOLOMON = SHARED / "benchmarks" / "solomon"
+evaluator = importlib.import_module("eval")
+
+
+@pytest.fixture(scope="module")
+def vrp_checkpoint(tmp_path_factory):
+    """An untrained VRP agent (size 8) saved as a vrptw-v0 checkpoint of ppo_or.py."""
+    path = tmp_path_factory.mktemp("ckpt") / "vrptw.pt"
+    torch.manual_seed(0)
+    payload = {"problem": "mtvrp", "num_nodes": 8, "model_config": {}, "model": Agent("mtvrp").state_dict()}
+    save_checkpoint(payload | {"args": {"env_id": "vrptw-v0"}}, path)
+    return path
+
+
+def evaluate(tmp_path, *args) -> dict:
+    output = tmp_path / "results.json"
+    evaluator.main(evaluator.tyro.cli(evaluator.Args, args=[*args, "--output", str(output), "--threads", "1"]))
+    return json.loads(output.read_text())
+
+
+@pytest.mark.parametrize("decode", [[], ["--decode", "multi-greedy", "--augment", "8"], ["--decode", "sampling"]])
+def test_eval_npz_tours_pass_the_checker(tmp_path, vrp_checkpoint, decode):
+    """The .npz contract in raw units with absent attributes left out (no limit, closed routes);
+    the tours written by --output are feasible for the file's instances and cost what is reported."""
+    rng = np.random.default_rng(0)
+    m, n = 6, 8
+    drawn = vrp_instances(rng, m, n, "vrpbtw")
+    capacity = np.full(m, 30)
+    data = {
+        "depot": drawn["depot"],
+        "coords": drawn["coords"],
+        "demand_linehaul": np.rint(drawn["demand_linehaul"] * 30).astype(int),
+        "demand_backhaul": np.rint(drawn["demand_backhaul"] * 30).astype(int),
+        "capacity": capacity,
+        "time_windows": drawn["time_windows"],
+        "service_time": drawn["service_time"],
+    }
+    path = tmp_path / "vrpbtw8.npz"
+    np.savez(path, **data)
+    out = evaluate(tmp_path, "--checkpoint", str(vrp_checkpoint), "--data", str(path), *decode)
+    for b, tour in enumerate(out["tours"]):
+        instance = {k: v[b] for k, v in drawn.items()}
+        assert check_vrp_actions(tour, instance) == pytest.approx(out["lengths"][b], rel=1e-9)
+
+
+def test_eval_generated_variants_and_pyvrp_references(tmp_path, vrp_checkpoint):
+    pytest.importorskip("pyvrp")
+    for variant in ("ovrpltw", "vrpb"):
+        out = evaluate(
+            tmp_path,
+            *("--checkpoint", str(vrp_checkpoint), "--variant", variant, "--num-instances", "3"),
+            *("--reference-solver", "pyvrp", "--solver-seconds", "0.2", "--decode", "multi-greedy"),
+        )
+        data = vrp_dataset(variant, 8, "test", 3)
+        assert out["names"][0] == f"{variant}-test-0"
+        for b, tour in enumerate(out["tours"]):
+            assert check_vrp_actions(tour, one(data, b)) == pytest.approx(out["lengths"][b])
+        assert all(g > -1e-6 for g in out["gaps"]), "an untrained model beat PyVRP"
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_pyvrp_reference_tours_pass_the_checker(variant):
+    pytest.importorskip("pyvrp")
+    (data,) = load_data("test", "mtvrp", 10, 2, variant=variant)
+    for b in range(2):
+        tour = pyvrp_vrp_tour(data, b, 0.1)
+        assert solve_reference(data, b, "pyvrp", 0.1) > 0
+        assert check_vrp_actions(tour, one(data.instances, b)) == pytest.approx(data.reported_length(b, tour))
+
+
+@pytest.mark.skipif(not SOLOMON.exists(), reason=f"{SOLOMON} is absent (not beside this clone)")
+def test_solomon_files_reproduce_every_best_known_cost():
+    """All 56 instances read and scaled; each best-known .sol, measured by the benchmark's rule (edges
+    truncated to one decimal), costs exactly the listed distance, which is the reference."""
+    import vrplib
+
+    (group,) = load_data(str(SOLOMON), "mtvrp", 100)
+    assert len(group.names) == 56 and group.names[0] == "C101"
+    table = {
+        row.split(",")[0]: float(row.split(",")[2]) for row in (SOLOMON / "best_known.csv").read_text().split()[1:]
+    }
+    for i, name in enumerate(group.names):
+        routes = vrplib.read_solution(SOLOMON / f"{name}.sol")["routes"]
+        tour = np.array([c for route in routes for c in [*route, 0]])
+        assert group.reported_length(i, tour) == pytest.approx(table[name], abs=1e-6)
+        assert group.references[i] == table[name]
+    span = (group.points[0].max(0) - group.points[0].min(0)).max()
+    assert group.instances["time_windows"][0, 0, 1] == pytest.approx(1236 / span)  # C101's horizon, scaled
+
+
+@pytest.mark.skipif(not SOLOMON.exists(), reason=f"{SOLOMON} is absent (not beside this clone)")
+def test_eval_solomon_table(tmp_path, vrp_checkpoint, capsys):
+    out = evaluate(tmp_path, "--checkpoint", str(vrp_checkpoint), "--data", str(SOLOMON), "--num-instances", "2")
+    assert out["names"] == ["C101", "C102"] and out["references"] == [827.3, 827.3]
+    assert "mean gap per class: C1" in capsys.readouterr().out

@@ -1,0 +1,100 @@
+"""The VRP variants table: each checkpoint's greedy and multi-greedy gap to PyVRP on every variant.
+
+For each variant, the first K instances of its standard test set (``envs.vrp.vrp_dataset``, seed
+1234) are solved by PyVRP for --solver-seconds each (cached as .npy in --out, computed --jobs at a
+time) and decoded by every checkpoint, one thread; the table gives the mean PyVRP cost and, per
+checkpoint, the mean greedy and multi-greedy (every customer as a start) gap in percent, the way
+RouteFinder and RL4CO report the 16 variants. Every decoded and every PyVRP solution is checked
+(``search.solutions.vrp_cost``).
+
+    python bench/vrp_variants.py --checkpoints mtvrp=checkpoints/mtvrp20.pt vrptw=checkpoints/vrptw20.pt \\
+        --num-nodes 20 --instances 200 --variants vrptw cvrp ...   (default: all 16)
+"""
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from data.datasets import load_data  # noqa: E402
+from data.references import solve_reference  # noqa: E402
+from envs.vrp import VARIANTS  # noqa: E402
+from models import CheckpointError, load_agent  # noqa: E402
+from search import decode  # noqa: E402
+
+
+def solve(job: tuple) -> float:
+    variant, num_nodes, count, index, seconds = job
+    (data,) = load_data("test", "mtvrp", num_nodes, count, variant=variant)
+    return solve_reference(data, index, "pyvrp", seconds)
+
+
+def references(variant: str, args: argparse.Namespace, pool: ProcessPoolExecutor) -> np.ndarray:
+    """PyVRP costs [K] of the first K test instances of ``variant``, cached in --out."""
+    cache = args.out / f"{variant}{args.num_nodes}_test_first{args.instances}_pyvrp{args.solver_seconds:g}s.npy"
+    if cache.exists():
+        return np.load(cache, allow_pickle=False)
+    print(f"{variant}: PyVRP, {args.solver_seconds:g} s x {args.instances} instances (cached in {cache})", flush=True)
+    jobs = [(variant, args.num_nodes, args.instances, i, args.solver_seconds) for i in range(args.instances)]
+    values = np.array(list(pool.map(solve, jobs)))
+    args.out.mkdir(parents=True, exist_ok=True)
+    np.save(cache, values)
+    return values
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoints", nargs="+", required=True, help="NAME=PATH of VRP checkpoints")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--num-nodes", type=int, default=20)
+    parser.add_argument("--instances", type=int, default=200, help="first K instances of each test set")
+    parser.add_argument("--solver-seconds", type=float, default=1.0, help="PyVRP time limit per instance")
+    parser.add_argument("--jobs", type=int, default=2, help="PyVRP processes")
+    parser.add_argument("--out", type=Path, default=Path("runs/references/vrp"), help="reference cache folder")
+    parser.add_argument("--output", type=Path, help="write the table as JSON")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    agents = {}
+    for item in args.checkpoints:
+        name, _, path = item.rpartition("=")
+        try:
+            agents[name or Path(path).stem] = load_agent(path, problem="mtvrp")[0]
+        except CheckpointError as exc:
+            sys.exit(f"error: {exc}")
+    rows = []
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for variant in args.variants:
+            reference = references(variant, args, pool)
+            (data,) = load_data("test", "mtvrp", args.num_nodes, args.instances, variant=variant)
+            row = {"variant": variant, "pyvrp": float(reference.mean())}
+            for name, agent in agents.items():
+                for decoding in ("greedy", "multi-greedy"):
+                    lengths = decode(agent, data.instances, decoding, batch_size=args.instances).lengths
+                    row[f"{name} {decoding}"] = float(100 * (lengths / reference - 1).mean())
+            rows.append(row)
+            print("  ".join(f"{k}={v:.4f}" if isinstance(v, float) else v for k, v in row.items()), flush=True)
+    columns = [c for c in rows[0] if c not in ("variant", "pyvrp")]
+    print(
+        f"\n{args.instances} test instances per variant, n={args.num_nodes}, gaps in % to PyVRP "
+        f"({args.solver_seconds:g} s per instance), 1 thread"
+    )
+    print(f"| variant | PyVRP | {' | '.join(columns)} |\n|---|---|{'---|' * len(columns)}")
+    for row in rows:
+        print(f"| {row['variant']} | {row['pyvrp']:.4f} | " + " | ".join(f"{row[c]:.2f}%" for c in columns) + " |")
+    means = {c: np.mean([row[c] for row in rows]) for c in columns}
+    print("| mean | | " + " | ".join(f"{means[c]:.2f}%" for c in columns) + " |")
+    if args.output:
+        args.output.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
