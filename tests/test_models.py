@@ -4,7 +4,7 @@ import torch
 from checks import SHARED, random_allowed_actions
 
 from envs import VECTOR_ENVS, kool_dataset
-from models import Agent, CheckpointError, StateWrapper, load_agent, read_checkpoint, save_checkpoint
+from models import Agent, CheckpointError, StateWrapper, export_weights, load_agent, read_checkpoint, save_checkpoint
 from search import decode
 
 RLOR = SHARED / "checkpoints" / "rlor"
@@ -33,7 +33,7 @@ def make_agent(problem, seed=0):
     return Agent(problem).eval()
 
 
-@pytest.mark.parametrize("problem", ["tsp", "cvrp"])
+@pytest.mark.parametrize("problem", ["tsp", "cvrp", "mtvrp"])
 def test_masked_actions_have_probability_zero(problem):
     agent = make_agent(problem)
     for seed in range(3):
@@ -50,7 +50,7 @@ def test_masked_actions_have_probability_zero(problem):
             assert torch.isfinite(logprob).all() and torch.isfinite(entropy).all()
 
 
-@pytest.mark.parametrize("problem", ["tsp", "cvrp"])
+@pytest.mark.parametrize("problem", ["tsp", "cvrp", "mtvrp"])
 @pytest.mark.parametrize("train", [False, True])
 def test_cached_decoding_equals_reencoding(problem, train):
     agent = make_agent(problem).train(train)
@@ -63,7 +63,7 @@ def test_cached_decoding_equals_reencoding(problem, train):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("problem", ["tsp", "cvrp"])
+@pytest.mark.parametrize("problem", ["tsp", "cvrp", "mtvrp"])
 def test_parallel_decoding_equals_separate_decodes(problem):
     agent = make_agent(problem)
     static, states = episode_states(problem, traj=5)
@@ -98,7 +98,7 @@ def test_permuting_tsp_nodes_permutes_logits():
         torch.testing.assert_close(permuted_values, values, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("problem", ["tsp", "cvrp"])
+@pytest.mark.parametrize("problem", ["tsp", "cvrp", "mtvrp"])
 def test_instances_in_a_batch_do_not_influence_each_other(problem):
     agent = make_agent(problem)
     static, states = episode_states(problem, m=4)
@@ -181,6 +181,19 @@ def test_saved_checkpoint_round_trips(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["agent.pt"]
     loaded, ckpt = load_agent(path, problem="tsp")
     assert ckpt["num_nodes"] == 10
+    for a, b in zip(agent.state_dict().values(), loaded.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_exported_weights_load_without_the_training_state(tmp_path):
+    agent = make_agent("mtvrp", seed=2)
+    full = tmp_path / "run" / "7.pt"
+    payload = {"problem": "mtvrp", "num_nodes": 20, "model_config": {}, "model": agent.state_dict()}
+    save_checkpoint(payload | {"optimizer": {"state": {}}, "rank_rng": [None], "args": {"env_id": "vrptw-v0"}}, full)
+    export_weights(full, tmp_path / "vrptw20.pt")
+    slim = read_checkpoint(tmp_path / "vrptw20.pt")
+    assert "optimizer" not in slim and "rank_rng" not in slim and slim["args"] == {"env_id": "vrptw-v0"}
+    loaded, _ = load_agent(tmp_path / "vrptw20.pt", problem="mtvrp")
     for a, b in zip(agent.state_dict().values(), loaded.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b)
 
