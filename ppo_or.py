@@ -3,6 +3,7 @@
     python ppo_or.py --env-id tsp-v0                  # TSP50: multi-start rollouts, shared baseline
     python ppo_or.py --env-id tsp-v0 --preset rlor    # TSP50 with the paper's settings
     python ppo_or.py --env-id cvrp-v0 --num-nodes 20
+    python ppo_or.py --env-id vrptw-v0 --num-nodes 20  # any of the 16 VRP variants, or mtvrp-v0 (all mixed)
     python ppo_or.py --resume runs/<run>/ckpt/100.pt  # continue a stopped run
     torchrun --standalone --nproc_per_node 4 ppo_or.py --env-id tsp-v0 --num-envs 256  # 4 GPUs / processes
 
@@ -44,10 +45,11 @@ from search import augment, decode, forced_actions
 
 @dataclass
 class Args:
-    """PPO for routing problems (TSP, CVRP) with the Attention Model, in the style of CleanRL. Writes
-    tensorboard curves and checkpoints to runs/{env_id}__{exp_name}__{seed}__{time}/. Examples:
+    """PPO for routing problems (TSP, CVRP, 16 VRP variants) with the Attention Model, in the style of CleanRL.
+    Writes tensorboard curves and checkpoints to runs/{env_id}__{exp_name}__{seed}__{time}/. Examples:
     `python ppo_or.py --env-id tsp-v0 --num-nodes 20 --num-envs 256 --total-seconds 180 --threads 2`
-    (3 minutes on a CPU); `python ppo_or.py --env-id cvrp-v0 --preset rlor` (the paper's settings, for a GPU)."""
+    (3 minutes on a CPU); `python ppo_or.py --env-id cvrp-v0 --preset rlor` (the paper's settings, for a GPU);
+    `python ppo_or.py --env-id vrptw-v0 --num-nodes 20` (time windows; mtvrp-v0 mixes all 16 variants)."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment"""
@@ -72,7 +74,7 @@ class Args:
     env_id: Literal[tuple(ENV_IDS)] = "tsp-v0"  # the registered ids, listed by --help
     """the environment"""
     num_nodes: int = 50
-    """nodes per instance (TSP) or customers per instance (CVRP, the depot is extra)"""
+    """nodes per instance (TSP) or customers per instance (CVRP and the VRP variants, the depot is extra)"""
     total_timesteps: int = 626_688_000
     """total instance-steps of the run (the default is 12,000 rollouts of TSP50 at 1024 x 51 steps)"""
     learning_rate: float = 3e-4
@@ -83,7 +85,7 @@ class Args:
     """N: trajectories per instance, sampled in parallel from one encoding; None means one per start node with
     --multi-start, else 50"""
     multi_start: bool = True
-    """start the N trajectories of an instance from N distinct first nodes (TSP: nodes, CVRP: customers), like
+    """start the N trajectories of an instance from N distinct first nodes (TSP: nodes, CVRP / VRP: customers), like
     POMO: all of them if N equals their number, else a uniformly random subset per instance"""
     train_start: bool = True
     """with --multi-start: train the first-node choice too (greedy decoding uses it), with the clipped
@@ -95,7 +97,7 @@ class Args:
     """K (1..8): each sampled instance is rolled out in K symmetric copies of the unit square whose trajectories
     share one baseline (Sym-NCO); --num-envs counts the copies, so M / K instances are drawn per rollout"""
     num_steps: int | None = None
-    """steps per rollout; None means the longest possible episode, n + 1 for TSP and 2n for CVRP; a rollout
+    """steps per rollout; None means the longest possible episode, n + 1 for TSP and 2n for CVRP / VRP; a rollout
     also stops when every trajectory has finished, and an unfinished episode continues in the next rollout"""
     anneal_lr: bool = True
     """toggle learning rate annealing"""
@@ -170,7 +172,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Args, set[str]]:
 
 def with_defaults(args: Args) -> Args:
     """Fills the settings whose default depends on others: N is one trajectory per start node with
-    --multi-start (every TSP node, every CVRP customer: num_nodes of them), else 50."""
+    --multi-start (every TSP node, every CVRP / VRP customer: num_nodes of them), else 50."""
     if args.n_traj is None:
         return replace(args, n_traj=args.num_nodes if args.multi_start else 50)
     return args

@@ -140,8 +140,9 @@ class SingleRoutingEnv(gym.Env):
     metadata = {"render_modes": []}
     vector_class: type[RoutingVectorEnv]
 
-    def __init__(self, num_nodes: int = 50, n_traj: int = 1):
-        self.vec = self.vector_class(num_envs=1, num_nodes=num_nodes, n_traj=n_traj)
+    def __init__(self, num_nodes: int = 50, n_traj: int = 1, **kwargs):
+        """``kwargs``: further arguments of the vector env (e.g. the VRP's ``variant``)."""
+        self.vec = self.vector_class(num_envs=1, num_nodes=num_nodes, n_traj=n_traj, **kwargs)
         self.observation_space = self.vec.single_observation_space
         self.action_space = self.vec.single_action_space
 

@@ -411,11 +411,6 @@ class VRPVectorEnv(RoutingVectorEnv):
 
 
 class VRPEnv(SingleRoutingEnv):
-    """One multi-task VRP instance x N trajectories (see ``VRPVectorEnv``)."""
+    """One multi-task VRP instance x N trajectories (see ``VRPVectorEnv``; ``variant`` as there)."""
 
     vector_class = VRPVectorEnv
-
-    def __init__(self, num_nodes: int = 50, n_traj: int = 1, variant: str = MIXED):
-        self.vec = VRPVectorEnv(num_envs=1, num_nodes=num_nodes, n_traj=n_traj, variant=variant)
-        self.observation_space = self.vec.single_observation_space
-        self.action_space = self.vec.single_action_space

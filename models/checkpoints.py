@@ -148,4 +148,3 @@ def export_weights(source: str | os.PathLike, target: str | os.PathLike) -> None
     load with ``load_agent`` and eval.py; ``--resume`` refuses them."""
     ckpt = read_checkpoint(source)
     save_checkpoint({key: ckpt[key] for key in SHIPPED_KEYS if key in ckpt}, target)
-

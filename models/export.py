@@ -1,6 +1,6 @@
 """Writes the weights-only copy of a checkpoint (the files shipped in checkpoints/):
 
-    python -m models.export runs/<run>/ckpt/<iteration>.pt checkpoints/<name>.pt
+python -m models.export runs/<run>/ckpt/<iteration>.pt checkpoints/<name>.pt
 """
 
 import sys
