@@ -130,6 +130,25 @@ class RoutingVectorEnv(VectorEnv):
         self.static = {}
 
 
+class DepotVectorEnv(RoutingVectorEnv):
+    """Base of the vehicle routing envs: action 0 is the depot, action i >= 1 customer i - 1, and
+    every customer can start a trajectory (each fits a route of its own; the depot may not be
+    chosen twice in a row, so it cannot)."""
+
+    @property
+    def num_actions(self) -> int:
+        return self.num_nodes + 1
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Worst case: a return to the depot after every customer."""
+        return 2 * self.num_nodes
+
+    @property
+    def start_actions(self) -> np.ndarray:
+        return np.arange(1, self.num_nodes + 1)
+
+
 class SingleRoutingEnv(gym.Env):
     """One problem instance with N trajectories: the vector env with M = 1, without the M axis.
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from envs.base import RoutingVectorEnv, SingleRoutingEnv
+from envs.base import DepotVectorEnv, SingleRoutingEnv
 
 LOAD_TOLERANCE = 1e-5
 
 
-class CVRPVectorEnv(RoutingVectorEnv):
+class CVRPVectorEnv(DepotVectorEnv):
     """M CVRP instances x N trajectories. Actions are 0 (depot) .. n (customers).
 
     Dynamic observation: ``action_mask`` [M, N, n + 1], ``last_node`` [M, N] (0 = depot),
@@ -24,20 +24,6 @@ class CVRPVectorEnv(RoutingVectorEnv):
     """
 
     problem = "cvrp"
-
-    @property
-    def num_actions(self) -> int:
-        return self.num_nodes + 1
-
-    @property
-    def max_episode_steps(self) -> int:
-        """Worst case: a return to the depot after every customer."""
-        return 2 * self.num_nodes
-
-    @property
-    def start_actions(self) -> np.ndarray:
-        """Every customer can be the first (the depot may not be chosen twice in a row)."""
-        return np.arange(1, self.num_nodes + 1)
 
     def _dynamic_spaces(self, lead: tuple) -> dict:
         return {

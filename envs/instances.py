@@ -89,17 +89,12 @@ def check_problem(problem: str) -> None:
         raise ValueError(f"problem must be one of {PROBLEMS}, got {problem!r}")
 
 
-def check_instances(
-    problem: str, instances: dict, num_instances: int | None = None, num_nodes: int | None = None
-) -> dict:
-    """Validates a batch of static arrays and returns them as float64 arrays.
-
-    Raises ``ValueError`` naming the key and what is wrong: missing or unknown keys, shapes that do
-    not agree (or differ from ``num_instances`` / ``num_nodes`` when given), NaN or infinite values,
-    coordinates outside [0, 1], demands outside (0, 1].
-    """
-    check_problem(problem)
-    keys = STATIC_KEYS[problem]
+def read_arrays(
+    problem: str, instances: dict, keys: tuple, num_instances: int | None, num_nodes: int | None
+) -> tuple[dict, int, int]:
+    """The first checks every problem shares: exactly ``keys``, numeric arrays (float64;
+    ``open_route`` bool), ``coords`` [M, n, 2] with n >= 2 and M, n as expected when given.
+    Returns the arrays, M and n."""
     if not isinstance(instances, dict):
         raise ValueError(f"{problem} instances must be a dict with keys {keys}, got {type(instances).__name__}")
     missing = [k for k in keys if k not in instances]
@@ -109,7 +104,7 @@ def check_instances(
     out = {}
     for key in keys:
         try:
-            out[key] = np.asarray(instances[key], dtype=np.float64)
+            out[key] = np.asarray(instances[key], dtype=bool if key == "open_route" else np.float64)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{key!r} must be numeric: {exc}") from exc
     coords = out["coords"]
@@ -122,6 +117,20 @@ def check_instances(
         raise ValueError(f"'coords' holds {m} instances, expected {num_instances} (one per env)")
     if num_nodes is not None and n != num_nodes:
         raise ValueError(f"'coords' holds {n} nodes per instance, expected num_nodes={num_nodes}")
+    return out, m, n
+
+
+def check_instances(
+    problem: str, instances: dict, num_instances: int | None = None, num_nodes: int | None = None
+) -> dict:
+    """Validates a batch of static arrays and returns them as float64 arrays.
+
+    Raises ``ValueError`` naming the key and what is wrong: missing or unknown keys, shapes that do
+    not agree (or differ from ``num_instances`` / ``num_nodes`` when given), NaN or infinite values,
+    coordinates outside [0, 1], demands outside (0, 1].
+    """
+    check_problem(problem)
+    out, m, n = read_arrays(problem, instances, STATIC_KEYS[problem], num_instances, num_nodes)
     expected = {"coords": (m, n, 2), "depot": (m, 2), "demand": (m, n)}
     for key, value in out.items():
         if value.shape != expected[key]:

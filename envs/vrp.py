@@ -28,8 +28,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from envs.base import RoutingVectorEnv, SingleRoutingEnv
-from envs.instances import KOOL_SEEDS, cvrp_capacity
+from envs.base import DepotVectorEnv, SingleRoutingEnv
+from envs.instances import KOOL_SEEDS, cvrp_capacity, read_arrays
 from envs.instances import STATIC_KEYS as INSTANCE_KEYS
 
 ATTRIBUTES = ("open_route", "backhaul", "distance_limit", "time_windows")
@@ -170,28 +170,7 @@ def check_vrp_instances(instances: dict, num_instances: int | None = None, num_n
     > end, negative times or service times, a non-positive limit, and a customer that cannot be
     served on a route of its own (its window, the depot's horizon or the length limit).
     """
-    if not isinstance(instances, dict):
-        raise ValueError(f"vrp instances must be a dict with keys {STATIC_KEYS}, got {type(instances).__name__}")
-    missing = [k for k in STATIC_KEYS if k not in instances]
-    unknown = [k for k in instances if k not in STATIC_KEYS]
-    if missing or unknown:
-        raise ValueError(f"vrp instances need exactly the keys {STATIC_KEYS}; missing {missing}, unknown {unknown}")
-    out = {}
-    for key in STATIC_KEYS:
-        try:
-            out[key] = np.asarray(instances[key], dtype=bool if key == "open_route" else np.float64)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{key!r} must be numeric: {exc}") from exc
-    coords = out["coords"]
-    if coords.ndim != 3 or coords.shape[2] != 2:
-        raise ValueError(f"'coords' must have shape [M, n, 2], got {list(coords.shape)}")
-    m, n, _ = coords.shape
-    if n < 2:
-        raise ValueError(f"an instance needs at least 2 customers, 'coords' has {n}")
-    if num_instances is not None and m != num_instances:
-        raise ValueError(f"'coords' holds {m} instances, expected {num_instances} (one per env)")
-    if num_nodes is not None and n != num_nodes:
-        raise ValueError(f"'coords' holds {n} customers per instance, expected num_nodes={num_nodes}")
+    out, m, n = read_arrays("vrp", instances, STATIC_KEYS, num_instances, num_nodes)
     for key in ("demand_linehaul", "demand_backhaul"):
         if out[key].shape == (m, n + 1):
             if (out[key][:, 0] != 0).any():
@@ -241,7 +220,7 @@ def check_vrp_instances(instances: dict, num_instances: int | None = None, num_n
     if (out["distance_limit"] <= 0).any():
         raise ValueError("'distance_limit' must be positive (inf for no limit)")
     # every customer must fit a route of its own
-    d0 = np.sqrt(((coords - out["depot"][:, None]) ** 2).sum(-1))
+    d0 = np.sqrt(((out["coords"] - out["depot"][:, None]) ** 2).sum(-1))
     closed = ~out["open_route"][:, None]
     arrival = windows[:, :1, 0] + d0
     begin = np.maximum(arrival, windows[:, 1:, 0])
@@ -262,7 +241,7 @@ def check_vrp_instances(instances: dict, num_instances: int | None = None, num_n
     return out
 
 
-class VRPVectorEnv(RoutingVectorEnv):
+class VRPVectorEnv(DepotVectorEnv):
     """M multi-task VRP instances x N trajectories. Actions are 0 (depot) .. n (customers).
 
     ``variant``: one of ``VARIANTS`` (e.g. "vrptw") for the random instances, or "all"; fixed
@@ -281,20 +260,6 @@ class VRPVectorEnv(RoutingVectorEnv):
         self.variant = check_variant(variant)
         super().__init__(num_envs=num_envs, num_nodes=num_nodes, n_traj=n_traj)
         self.routes = self.early_returns = 0
-
-    @property
-    def num_actions(self) -> int:
-        return self.num_nodes + 1
-
-    @property
-    def max_episode_steps(self) -> int:
-        """Worst case: a return to the depot after every customer."""
-        return 2 * self.num_nodes
-
-    @property
-    def start_actions(self) -> np.ndarray:
-        """Every customer can be the first: each fits a route of its own."""
-        return np.arange(1, self.num_nodes + 1)
 
     def random_instances(self, count: int) -> dict:
         return vrp_instances(self.rng, count, self.num_nodes, self.variant)

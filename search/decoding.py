@@ -3,7 +3,7 @@
 - greedy: one trajectory per instance, the most probable action at every step (the first node
   included).
 - multi-greedy (POMO-style): K greedy trajectories per instance, trajectory i forced to start at
-  the i-th most probable first node; K = every start node by default (TSP: all nodes, CVRP: all
+  the i-th most probable first node; K = every start node by default (TSP: all nodes, CVRP and VRP: all
   customers), which is "trajectory i starts at node i" up to order.
 - sampling: K trajectories sampled from the policy.
 Each can run on the 8 symmetries of the unit square (``augment=8``). The best trajectory of an
