@@ -34,7 +34,7 @@ from search import decode
 @dataclass
 class Args:
     """Evaluates a checkpoint of ppo_or.py (or the RLOR authors') by greedy, multi-greedy or sampling
-    decoding on the Kool test sets, .npz files or TSPLIB / CVRPLIB files, with gaps to references.
+    decoding on the standard test sets, .npz files or TSPLIB / CVRPLIB / Solomon files, with gaps to references.
     Examples: `python eval.py --checkpoint runs/<run> --decode multi-greedy`;
     `python eval.py --checkpoint tsp50.pt --data tsplib/ --references tsplib/optima.csv --augment 8`."""
 
@@ -42,21 +42,21 @@ class Args:
     """path of a ppo_or.py checkpoint (or a run folder: its latest checkpoint) or of a published RLOR agent state dict"""
     data: str = "test"
     """test / val (the standard sets: Kool et al.'s for TSP and CVRP, regenerated bit-exactly; the multi-task
-    generator's for VRP variants; kool-test / kool-val are aliases), an .npz file, a .tsp / .vrp / Solomon .txt file
-    or a folder of them"""
+    generator's for VRP variants; kool-test / kool-val are aliases), an .npz file, a .tsp / .vrp / Solomon .txt
+    file or a folder of them"""
     problem: Literal["tsp", "cvrp", "mtvrp"] | None = None
     """the problem; None takes the checkpoint's (a given one must match it)"""
     variant: Literal[tuple([*VARIANTS, MIXED])] | None = None
-    """VRP models: the variant of the test / val set (all: attributes drawn per instance); None takes the
-    checkpoint's training variant"""
+    """VRP models: the variant of the test / val set (all: attributes drawn per instance); None takes
+    the checkpoint's training variant"""
     num_nodes: int | None = None
     """size of the test / val instances; None takes the checkpoint's training size"""
     num_instances: int | None = None
-    """evaluate only the first K instances; None evaluates all (the Kool sets hold 10,000)"""
+    """evaluate only the first K instances; None evaluates all (the Kool sets hold 10,000, the VRP sets 1,000)"""
     decode: Literal["greedy", "multi-greedy", "sampling"] = "greedy"
     """greedy (one trajectory), multi-greedy (one greedy trajectory per start node) or sampling"""
     num_starts: int | None = None
-    """multi-greedy: number of start nodes; None takes every node for TSP, every customer for CVRP"""
+    """multi-greedy: number of start nodes; None takes every node for TSP, every customer for CVRP and VRP"""
     num_samples: int = 16
     """sampling: trajectories sampled per instance"""
     augment: int = 1
