@@ -285,30 +285,42 @@ class VRPVectorEnv(DepotVectorEnv):
         }
 
     def _start(self) -> None:
-        s, shape = self.static, (self.num_envs, self.n_traj)
+        s, shape, a = self.static, (self.num_envs, self.n_traj), self.num_actions
         points = np.concatenate([s["depot"][:, None], s["coords"]], axis=1)
         self._set_points(points)
         zero = np.zeros((self.num_envs, 1))
         self.node_linehaul = np.concatenate([zero, s["demand_linehaul"]], axis=1)
         self.node_backhaul = np.concatenate([zero, s["demand_backhaul"]], axis=1)
-        self._linehaul32 = self.node_linehaul[:, None].astype(np.float32)
-        self._backhaul32 = self.node_backhaul[:, None].astype(np.float32)
-        self._is_linehaul = (self.node_backhaul == 0)[:, None]
+        # one comparison per load: a backhaul's linehaul key (-2) passes even the -1 left once a
+        # backhaul is on board, which stops every linehaul; a linehaul's backhaul key is 0
+        is_backhaul = self.node_backhaul > 0
+        self._linehaul_key = np.where(is_backhaul, -2.0, self.node_linehaul)[:, None].astype(np.float32)
+        self._backhaul_key = self.node_backhaul[:, None].astype(np.float32)
+        self._backhauls = bool(is_backhaul.any())
         self._open = s["open_route"][:, None]
         self._opening, self._service = s["time_windows"][..., 0], s["service_time"]
         self._depot_opening = s["time_windows"][:, :1, 0]
-        to_depot = np.sqrt(((points - points[:, :1]) ** 2).sum(-1))
+        dist = np.sqrt(((points[:, :, None] - points[:, None]) ** 2).sum(-1))  # [M, A, A]
+        to_depot = dist[:, :, 0]
         back = np.where(self._open, 0.0, to_depot)  # [M, A]: what the return adds (0 if open)
         # a node may be reached until its closing and (unless open) the last time that gets back in time
         home = np.where(self._open, np.inf, s["time_windows"][:, :1, 1] - self._service - to_depot)
         latest = np.minimum(s["time_windows"][..., 1], home)
-        self._latest32 = latest[:, None].astype(np.float32)
-        self._back32 = back[:, None].astype(np.float32)
-        self._limit32 = s["distance_limit"][:, None, None].astype(np.float32)
         self._timed = bool(np.isfinite(latest[:, 1:]).any())
         self._limited = bool(np.isfinite(s["distance_limit"]).any())
-        self._x32, self._y32 = (points[:, None, :, k].astype(np.float32) for k in (0, 1))
-        self.unvisited = np.ones((*shape, self.num_actions), dtype=bool)
+        # thresholds by (from, to) node, so that a step gathers one row per trajectory and compares:
+        # time <= latest_j - d_ij, route length <= L - d_ij - back_j (each with the tolerance)
+        rows = (self.num_envs * a, a)
+        self._time_rows = (latest[:, None] - dist + TOLERANCE).astype(np.float32).reshape(rows) if self._timed else None
+        self._length_rows = None
+        if self._limited:
+            limit = s["distance_limit"][:, None, None] - dist - back[:, None] + TOLERANCE
+            self._length_rows = limit.astype(np.float32).reshape(rows)
+        self._row_offsets = np.arange(self.num_envs)[:, None] * a
+        self._gathered = np.empty((*shape, a), dtype=np.float32)  # scratch buffers of the mask
+        self._within = np.empty((*shape, a), dtype=bool)
+        self._flat_offsets = (np.arange(self.num_envs * self.n_traj) * a).reshape(shape)
+        self.unvisited = np.ones((*shape, a), dtype=bool)
         self.num_served = np.zeros(shape, dtype=np.int64)
         self.last_node = np.zeros(shape, dtype=np.int64)
         self.load_linehaul, self.load_backhaul = np.zeros(shape), np.zeros(shape)
@@ -320,20 +332,23 @@ class VRPVectorEnv(DepotVectorEnv):
         self._update_mask()
 
     def _move(self, actions: np.ndarray) -> np.ndarray:
-        rows = self._rows
+        node = self._row_offsets + actions  # [M, N]: flat index of each trajectory's node in [M, A] arrays
         length = self._move_length(actions)
         to_depot = actions == 0
         reward = -np.where(to_depot & self._open, 0.0, length)
         closing = to_depot & (self.last_node != 0)
-        self.routes += int(closing.sum())
-        self.early_returns += int((closing & self._fits_more).sum())
-        begin = np.maximum(self.current_time + length, self._opening[rows, actions])
-        self.current_time = np.where(to_depot, self._depot_opening, begin + self._service[rows, actions])
+        if closing.any():  # early: some unserved customer still fitted the load (the last mask's)
+            closed = np.flatnonzero(closing)
+            self.routes += len(closed)
+            self.early_returns += int(self._fits.reshape(-1, self.num_actions)[closed, 1:].any(-1).sum())
+        begin = np.maximum(self.current_time + length, self._opening.take(node))
+        self.current_time = np.where(to_depot, self._depot_opening, begin + self._service.take(node))
         self.route_length = np.where(to_depot, 0.0, self.route_length + length)
-        self.load_linehaul = np.where(to_depot, 0.0, self.load_linehaul + self.node_linehaul[rows, actions])
-        self.load_backhaul = np.where(to_depot, 0.0, self.load_backhaul + self.node_backhaul[rows, actions])
-        self.on_backhaul = ~to_depot & (self.on_backhaul | (self.node_backhaul[rows, actions] > 0))
-        self.unvisited[rows, self._cols, actions] = False
+        self.load_linehaul = np.where(to_depot, 0.0, self.load_linehaul + self.node_linehaul.take(node))
+        pickup = self.node_backhaul.take(node)
+        self.load_backhaul = np.where(to_depot, 0.0, self.load_backhaul + pickup)
+        self.on_backhaul = ~to_depot & (self.on_backhaul | (pickup > 0))
+        self.unvisited.reshape(-1)[self._flat_offsets + actions] = False
         self.num_served += ~to_depot  # the mask lets a customer be chosen only once
         self.last_node = actions.copy()
         self.terminated |= to_depot & (self.num_served == self.num_nodes)
@@ -341,21 +356,22 @@ class VRPVectorEnv(DepotVectorEnv):
         return reward
 
     def _update_mask(self) -> None:
-        tol = np.float32(TOLERANCE)
-        left_linehaul = np.where(self.on_backhaul, -1.0, 1.0 - self.load_linehaul).astype(np.float32)
-        mask = self._linehaul32 <= left_linehaul[..., None] + tol
-        mask |= ~self._is_linehaul
-        mask &= self._backhaul32 <= (1.0 - self.load_backhaul).astype(np.float32)[..., None] + tol
-        mask &= self.unvisited
-        self._fits_more = mask[..., 1:].any(-1)  # some customer fits the load: a return now is early
-        if self._timed or self._limited:
-            dx = self._x32 - self._pos_x.astype(np.float32)[..., None]
-            dy = self._y32 - self._pos_y.astype(np.float32)[..., None]
-            dist = np.sqrt(dx * dx + dy * dy)
-            if self._timed:
-                mask &= self.current_time.astype(np.float32)[..., None] + dist <= self._latest32 + tol
-            if self._limited:
-                mask &= self.route_length.astype(np.float32)[..., None] + dist + self._back32 <= self._limit32 + tol
+        tol = TOLERANCE
+        left = np.where(self.on_backhaul, -1.0, 1.0 - self.load_linehaul + tol).astype(np.float32)
+        fits = self._linehaul_key <= left[..., None]
+        if self._backhauls:
+            fits &= self._backhaul_key <= (1.0 - self.load_backhaul + tol).astype(np.float32)[..., None]
+        fits &= self.unvisited
+        self._fits = fits  # the load-feasible unserved customers, for the early-return statistic
+        mask = fits
+        index = self._row_offsets + self.last_node  # [M, N]: each trajectory's row of the thresholds
+        for threshold, value in ((self._time_rows, self.current_time), (self._length_rows, self.route_length)):
+            if threshold is not None:
+                threshold.take(index, axis=0, out=self._gathered, mode="clip")  # valid indices: no buffering
+                within = np.less_equal(value.astype(np.float32)[..., None], self._gathered, out=self._within)
+                mask = mask & within if mask is fits else np.logical_and(mask, within, out=mask)
+        if mask is fits:
+            mask = fits.copy()
         mask[..., 0] = (self.last_node != 0) | (self.num_served == self.num_nodes)
         self.action_mask = mask
 
