@@ -196,9 +196,10 @@ def test_training_learns_tsp20(tmp_path, preset):
 def test_training_learns_vrptw20(tmp_path):
     """VRPTW20, 64 instances x 20 trajectories, 60k instance-steps (about 30 s on 2 threads).
 
-    Measured on the first 100 VRPTW20 test instances (greedy, mean cost): untrained 13.07, trained
-    10.95, PyVRP (1 s) 10.04 on the first 20 of them. The test asserts that training removed more
-    than 60% of the untrained model's excess over 10.0 (the trained model ends at about 9% above PyVRP).
+    Measured on the first 100 VRPTW20 test instances (greedy, mean cost): untrained 20.90, trained
+    10.39, PyVRP (0.5 s per instance) 8.77; the shipped 35-minute model (checkpoints/vrptw20.pt)
+    9.43. The test asserts that training removed more than 60% of the untrained model's excess over
+    the PyVRP cost (it removes about 85%).
     """
     train(
         tmp_path,
@@ -211,7 +212,7 @@ def test_training_learns_vrptw20(tmp_path):
     agent, _ = load_agent(max((run_dir(tmp_path) / "ckpt").iterdir(), key=lambda p: int(p.stem)))
     trained = decode(agent, data).lengths.mean()
     print(f"untrained {untrained:.4f}, trained {trained:.4f}")
-    assert untrained - trained > 0.6 * (untrained - 10.0)
+    assert untrained - trained > 0.6 * (untrained - 8.77)
 
 
 def test_gae_bootstraps_unfinished_episodes_and_stops_at_termination():

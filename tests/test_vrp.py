@@ -4,6 +4,7 @@ on generated sets, .npz files and Solomon files; PyVRP references."""
 
 import importlib
 import json
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -17,7 +18,8 @@ from data.datasets import load_data
 from data.references import pyvrp_vrp_tour, solve_reference
 from envs import ENV_VARIANTS, CVRPVectorEnv, VRPVectorEnv
 from envs.vrp import VARIANTS, check_vrp_instances, instance_variants, vrp_dataset, vrp_instances
-from models import Agent, save_checkpoint
+from models import Agent, load_agent, save_checkpoint
+from search import decode
 from search.solutions import InvalidTourError, vrp_cost
 
 
@@ -308,3 +310,21 @@ def test_eval_solomon_table(tmp_path, vrp_checkpoint, capsys):
     out = evaluate(tmp_path, "--checkpoint", str(vrp_checkpoint), "--data", str(SOLOMON), "--num-instances", "2")
     assert out["names"] == ["C101", "C102"] and out["references"] == [827.3, 827.3]
     assert "mean gap per class: C1" in capsys.readouterr().out
+
+
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
+
+
+@pytest.mark.parametrize(
+    ("name", "variant", "greedy", "multi_greedy"),
+    [("vrptw20", "vrptw", 9.4316, 9.0597), ("mtvrp20", "ovrpbltw", 6.4702, 6.2664), ("mtvrp20", "all", 6.7034, 6.3683)],
+)
+def test_shipped_checkpoints_reproduce_their_figures(name, variant, greedy, multi_greedy):
+    """The weights in checkpoints/ (README's tables) decode the first 100 test instances of a
+    variant to the mean costs measured when they were shipped (PyVRP: 8.7672 on these VRPTW20)."""
+    torch.set_num_threads(1)
+    agent, ckpt = load_agent(CHECKPOINTS / f"{name}.pt", problem="mtvrp")
+    assert "optimizer" not in ckpt and ckpt["num_nodes"] == 20
+    data = vrp_dataset(variant, 20, "test", 100)
+    assert decode(agent, data, "greedy").lengths.mean() == pytest.approx(greedy, rel=2e-3)
+    assert decode(agent, data, "multi-greedy").lengths.mean() == pytest.approx(multi_greedy, rel=2e-3)
