@@ -242,7 +242,9 @@ def main(args: Args) -> None:
         )
 
     decoding = args.decode + (f" x{args.augment} aug" if args.augment > 1 else "")
-    what = f"VRP, variant {variant}" if problem == "mtvrp" and args.data in STANDARD_SETS else problem.upper()
+    what = {"mtvrp": "VRP"}.get(problem, problem.upper())
+    if problem == "mtvrp" and args.data in STANDARD_SETS:
+        what += f", variant {variant}"
     print(f"checkpoint {checkpoint} ({what}), data {args.data}")
     print(f"{'instances':>10} {'decode':>22} {'mean length':>12} {'mean gap':>9} {'time':>9} {'per inst.':>10}")
     gap_text = f"{mean_gap:8.3f}%" if mean_gap is not None else f"{'-':>9}"

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from data.datasets import load_data  # noqa: E402
 from data.references import solve_reference  # noqa: E402
+from envs import ENV_IDS, ENV_VARIANTS  # noqa: E402
 from models import load_agent, read_checkpoint  # noqa: E402
 from search import decode  # noqa: E402
 
@@ -69,11 +70,11 @@ def train(name: str, extra: list[str], args: argparse.Namespace) -> Path:
 
 def references_for(args: argparse.Namespace, problem: str):
     """The test data (first --instances) and its reference lengths [B]."""
-    (data,) = load_data("kool-test", problem, args.num_nodes, args.instances)
+    (data,) = load_data("test", problem, args.num_nodes, args.instances, variant=ENV_VARIANTS.get(args.env_id))
     if args.references:
         values = np.load(args.references, allow_pickle=False)[: args.instances]
     else:
-        cache = args.out / f"{problem}{args.num_nodes}_test_first{args.instances}_{args.reference_solver}.npy"
+        cache = args.out / f"{args.env_id[:-3]}{args.num_nodes}_test_first{args.instances}_{args.reference_solver}.npy"
         if cache.exists():
             return data, np.load(cache)
         print(f"computing {args.reference_solver} references for {args.instances} instances (cached in {cache})")
@@ -112,7 +113,7 @@ def main():
     parser.add_argument("--configs", nargs="+", default=list(PRESETS))
     parser.add_argument("--minutes", type=float, default=10.0, help="training budget per configuration")
     parser.add_argument("--marks", type=float, nargs="+", help="minutes at which to score (default: 5, 10, ...)")
-    parser.add_argument("--env-id", default="tsp-v0")
+    parser.add_argument("--env-id", default="tsp-v0", choices=sorted(ENV_IDS))
     parser.add_argument("--num-nodes", type=int, default=20)
     parser.add_argument("--num-envs", type=int, default=256)
     parser.add_argument("--n-traj", type=int, default=20)
@@ -125,9 +126,9 @@ def main():
     parser.add_argument("--out", type=Path, default=Path("bench-runs"), help="folder of the runs and results")
     parser.add_argument("--evaluate", type=Path, nargs="+", help="score these run folders, train nothing")
     args = parser.parse_args()
-    problem = args.env_id.split("-")[0]
+    problem = ENV_IDS[args.env_id]
     if not args.references and not args.reference_solver:
-        default = SHARED_REFERENCES / f"{problem}{args.num_nodes}_test_seed1234_lkh.npy"
+        default = SHARED_REFERENCES / f"{args.env_id[:-3]}{args.num_nodes}_test_seed1234_lkh.npy"
         if not default.exists():
             sys.exit(
                 f"error: no references for {args.env_id} n={args.num_nodes}: give --references or --reference-solver"
@@ -150,7 +151,7 @@ def main():
 
     print(
         f"\n{args.env_id} n={args.num_nodes}, {args.num_envs} x {args.n_traj} per rollout, one thread per run; "
-        f"first {args.instances} Kool test instances, mean per-instance gap to the references "
+        f"first {args.instances} test instances, mean per-instance gap to the references "
         f"(mean {references.mean():.4f})"
     )
     print(f"{'config':<24} {'mark':>5} {'at min':>7} {'iters':>6} {'greedy':>8} {'gap':>7} {'multi':>8} {'gap':>7}")

@@ -322,7 +322,8 @@ def load_folder(folder: Path, problem: str) -> list[Dataset]:
     suffix = {"tsp": ".tsp", "cvrp": ".vrp", "mtvrp": ".txt"}[problem]
     files = sorted(folder.glob(f"*{suffix}"))
     if not files:
-        raise DataError(f"{folder}: no {suffix} files for a {problem.upper()} model")
+        kind = {"tsp": "TSP", "cvrp": "CVRP", "mtvrp": "VRP (Solomon)"}[problem]
+        raise DataError(f"{folder}: no {suffix} files for a {kind} model")
     return group_by_size([load_routing_file(f, problem) for f in files])
 
 
