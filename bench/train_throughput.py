@@ -6,25 +6,39 @@ steps, the trainer's SPS), node selections/s, and the split between rollout and 
 first iteration is dropped as warm-up). The reference: the paper's original code measured on one
 thread of this machine, TSP50, N = 50: about 370 env steps/s at M = 64 and 240 at M = 1024.
 
+Against the machine's limit: the model FLOPs of one iteration (matrix products and attention,
+counted by torch.utils.flop_counter.FlopCounterMode over the real trainer run in-process, split
+into rollout and update by counting with 1 and 2 update epochs) divided by the measured times,
+beside the rate of a large float32 matmul on one thread measured in the same run (the peak).
+
     python bench/train_throughput.py [--num-envs 64 256] [--iterations 3]
 """
 
 import argparse
+import contextlib
+import io
+import os
 import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import ppo_or  # noqa: E402
+
 PAPER_SPS = {64: 370, 1024: 240}
+EPOCHS = 2  # the update epochs of the rlor preset, as timed
 
 
 def measure(num_envs: int, iterations: int, cache: bool) -> dict:
     steps = (iterations + 1) * num_envs * 51
-    cmd = [sys.executable, str(ROOT / "ppo_or.py"), "--num-envs", str(num_envs), "--total-timesteps", str(steps)]
-    cmd += ["--threads", "1", "--eval-interval", "0", "--checkpoint-interval", "0", "--no-anneal-lr"]
-    cmd += ["--preset", "rlor"]  # the paper's algorithm, as the original code it is compared with runs
+    cmd = [sys.executable, str(ROOT / "ppo_or.py"), *trainer_args(num_envs, steps)]
     cmd += [] if cache else ["--no-encoder-cache"]
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=True).stdout
@@ -36,12 +50,54 @@ def measure(num_envs: int, iterations: int, cache: bool) -> dict:
     return {"sps": env_steps / (rollout + update), "rollout": rollout / len(rows), "update": update / len(rows)}
 
 
+def trainer_args(num_envs: int, steps: int) -> list[str]:
+    """ppo_or.py arguments of the measured runs: the paper's algorithm, one thread, no evaluation."""
+    args = ["--num-envs", str(num_envs), "--total-timesteps", str(steps), "--threads", "1", "--eval-interval", "0"]
+    return args + ["--checkpoint-interval", "0", "--no-anneal-lr", "--preset", "rlor"]
+
+
+def iteration_flops(num_envs: int) -> tuple[float, float]:
+    """Model FLOPs of one rollout and of one update epoch at M = ``num_envs`` (one iteration of the
+    real trainer in-process under FlopCounterMode, with 1 and with 2 update epochs)."""
+    totals = []
+    for epochs in (1, 2):
+        args, given = ppo_or.parse_args([*trainer_args(num_envs, num_envs * 51), "--update-epochs", str(epochs)])
+        cwd = os.getcwd()
+        with tempfile.TemporaryDirectory() as tmp:
+            os.chdir(tmp)
+            try:
+                with FlopCounterMode(display=False) as counter, contextlib.redirect_stdout(io.StringIO()):
+                    ppo_or.main(args, given)
+            finally:
+                os.chdir(cwd)
+        totals.append(counter.get_total_flops())
+    per_epoch = totals[1] - totals[0]
+    return totals[0] - per_epoch, per_epoch
+
+
+def matmul_peak(size: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of a float32 [size, size] @ [size, size] product on one thread, the best of ``repeats``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    torch.set_num_threads(threads)
+    return 2 * size**3 / best
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--iterations", type=int, default=3, help="timed iterations after one warm-up")
     args = parser.parse_args()
     print("TSP50, N=50 trajectories, 1 thread; times per iteration (one rollout + one PPO update)")
+    peak = matmul_peak()
+    print(f"peak: float32 2048x2048 matmul on 1 thread, {peak / 1e9:.1f} GFLOP/s")
     for m in args.num_envs:
         cached, uncached = measure(m, args.iterations, True), measure(m, args.iterations, False)
         share = cached["update"] / (cached["rollout"] + cached["update"])
@@ -54,6 +110,17 @@ def main():
         if m in PAPER_SPS:
             line += f"; vs the paper's original code ({PAPER_SPS[m]}/s) {cached['sps'] / PAPER_SPS[m]:.1f}x"
         print(line, flush=True)
+        rollout_flops, epoch_flops = iteration_flops(m)
+        update_rate = EPOCHS * epoch_flops / cached["update"]
+        rollout_rate = rollout_flops / cached["rollout"]
+        total_rate = (rollout_flops + EPOCHS * epoch_flops) / (cached["rollout"] + cached["update"])
+        print(
+            f"  model FLOPs per iteration: rollout {rollout_flops / 1e9:.1f} G, update {EPOCHS * epoch_flops / 1e9:.1f} G; "
+            f"achieved: update {update_rate / 1e9:.2f} GFLOP/s ({update_rate / peak:.0%} of peak), "
+            f"rollout {rollout_rate / 1e9:.2f} GFLOP/s ({rollout_rate / peak:.0%}), "
+            f"iteration {total_rate / 1e9:.2f} GFLOP/s ({total_rate / peak:.0%})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
