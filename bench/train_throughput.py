@@ -11,7 +11,10 @@ counted by torch.utils.flop_counter.FlopCounterMode over the real trainer run in
 into rollout and update by counting with 1 and 2 update epochs) divided by the measured times,
 beside the rate of a large float32 matmul on one thread measured in the same run (the peak).
 
-    python bench/train_throughput.py [--num-envs 64 256] [--iterations 3]
+`--profile` also prints torch.profiler's table of one iteration (ops by self CPU time), which
+shows where the time goes.
+
+    python bench/train_throughput.py [--num-envs 64 256] [--iterations 3] [--profile]
 """
 
 import argparse
@@ -56,20 +59,27 @@ def trainer_args(num_envs: int, steps: int) -> list[str]:
     return args + ["--checkpoint-interval", "0", "--no-anneal-lr", "--preset", "rlor"]
 
 
+def one_iteration(num_envs: int, mode, epochs: int = EPOCHS) -> None:
+    """One iteration of the real trainer, in-process in a temporary folder, under ``mode`` (a
+    context manager such as FlopCounterMode or the profiler)."""
+    args, given = ppo_or.parse_args([*trainer_args(num_envs, num_envs * 51), "--update-epochs", str(epochs)])
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)
+        try:
+            with mode, contextlib.redirect_stdout(io.StringIO()):
+                ppo_or.main(args, given)
+        finally:
+            os.chdir(cwd)
+
+
 def iteration_flops(num_envs: int) -> tuple[float, float]:
     """Model FLOPs of one rollout and of one update epoch at M = ``num_envs`` (one iteration of the
-    real trainer in-process under FlopCounterMode, with 1 and with 2 update epochs)."""
+    real trainer under FlopCounterMode, with 1 and with 2 update epochs: the difference is an epoch)."""
     totals = []
     for epochs in (1, 2):
-        args, given = ppo_or.parse_args([*trainer_args(num_envs, num_envs * 51), "--update-epochs", str(epochs)])
-        cwd = os.getcwd()
-        with tempfile.TemporaryDirectory() as tmp:
-            os.chdir(tmp)
-            try:
-                with FlopCounterMode(display=False) as counter, contextlib.redirect_stdout(io.StringIO()):
-                    ppo_or.main(args, given)
-            finally:
-                os.chdir(cwd)
+        counter = FlopCounterMode(display=False)
+        one_iteration(num_envs, counter, epochs)
         totals.append(counter.get_total_flops())
     per_epoch = totals[1] - totals[0]
     return totals[0] - per_epoch, per_epoch
@@ -94,6 +104,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--iterations", type=int, default=3, help="timed iterations after one warm-up")
+    parser.add_argument("--profile", action="store_true", help="print the profiler's table of one iteration")
     args = parser.parse_args()
     print("TSP50, N=50 trajectories, 1 thread; times per iteration (one rollout + one PPO update)")
     peak = matmul_peak()
@@ -121,6 +132,11 @@ def main():
             f"iteration {total_rate / 1e9:.2f} GFLOP/s ({total_rate / peak:.0%})",
             flush=True,
         )
+        if args.profile:
+            torch.set_num_threads(1)
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            one_iteration(m, profiler)
+            print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=15), flush=True)
 
 
 if __name__ == "__main__":
