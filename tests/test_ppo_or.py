@@ -396,3 +396,15 @@ def test_track_without_a_wandb_login_fails_at_once(tmp_path):
     )  # fmt: skip
     assert result.returncode != 0 and "WANDB_MODE=offline" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
+def test_gpu_check_runs_on_cpu():
+    """bench/gpu_check.py, the one-shot GPU script, at its CPU size (about 20 s): every section reports."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--small"], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for needle in ("train float32:", "first-iteration losses: policy_loss", "waiting, over 2 iterations: the env"):
+        assert needle in out
+    assert "multi-greedy x8" in out and "time to target: TSP10 greedy" in out and "gpu_check done" in out

@@ -1,0 +1,200 @@
+"""One-shot GPU check: what a GPU box does with ppo-or, in one script of under 8 minutes.
+
+Prints, on the first CUDA device (or on the CPU with small sizes, so that CI runs it too):
+1. training throughput at the paper's settings (TSP50, M = 1024 instances x N = 50 trajectories,
+   the rlor preset) with float32 and with ``--amp`` (bf16 autocast; CUDA only), from the real
+   trainer run in-process, the first iteration dropped as warm-up;
+2. the first iteration's losses of both runs (same seed: bf16 must track float32) and the peak
+   GPU memory of each;
+3. how much of an iteration the device waits for the NumPy env and for the host-to-device copies of
+   the observations (timed in an instrumented run that synchronises after each copy);
+4. evaluation throughput (instances/s) of the four decodes: greedy, multi-greedy (50 starts),
+   greedy x8 augmentation, multi-greedy x8, with the published TSP50 checkpoint when ../shared has
+   it (else untrained weights: speed does not depend on them);
+5. the wall time to a TSP50 greedy length of 6.0 on 1,000 validation instances (the ppo-or preset,
+   evaluated every few iterations), if reached within --minutes.
+
+    python bench/gpu_check.py               # on a GPU machine
+    python bench/gpu_check.py --small       # CPU-sized (TSP10, M = 32), about a minute
+"""
+
+import argparse
+import contextlib
+import io
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import ppo_or  # noqa: E402
+from envs import TSPVectorEnv, kool_dataset  # noqa: E402
+from models import Agent, StateWrapper, load_agent  # noqa: E402
+from search import decode  # noqa: E402
+
+RLOR_TSP50 = ROOT.parent / "shared" / "checkpoints" / "rlor" / "tsp50-v0-12000.pt"
+DECODES = [("greedy", 1), ("multi-greedy", 1), ("greedy", 8), ("multi-greedy", 8)]
+TARGET = 6.0  # TSP50 greedy length
+LOSSES = ("losses/policy_loss", "losses/value_loss", "losses/entropy")
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train(argv: list[str], device: torch.device) -> tuple[str, dict, float]:
+    """Runs ppo_or.py in-process in a temporary folder; returns its printed output, the first
+    iteration's losses (from its tensorboard events) and the peak device memory in GiB."""
+    args, given = ppo_or.parse_args([*argv, "--checkpoint-interval", "0", "--seed", "1"])
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    cwd, out = os.getcwd(), io.StringIO()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)
+        try:
+            with contextlib.redirect_stdout(out):
+                ppo_or.main(args, given)
+            (run,) = [p for p in Path(tmp, "runs").iterdir() if p.name != "references"]
+            events = EventAccumulator(str(run))
+            events.Reload()
+            tags = set(events.Tags()["scalars"])
+            losses = {tag: events.Scalars(tag)[0].value for tag in LOSSES if tag in tags}
+        finally:
+            os.chdir(cwd)
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
+    return out.getvalue(), losses, peak
+
+
+def iteration_rows(output: str) -> list[dict]:
+    return [
+        dict(re.findall(r"([\w/]+)=([\d.]+)", line)) for line in output.splitlines() if line.startswith("iteration=")
+    ]
+
+
+def steps_per_second(output: str, num_envs: int, num_nodes: int) -> float:
+    """Env steps/s over the iterations after the first (a TSP episode is n + 1 steps)."""
+    rows = iteration_rows(output)[1:]
+    seconds = sum(float(r["rollout"]) + float(r["update"]) for r in rows)
+    return len(rows) * num_envs * (num_nodes + 1) / seconds
+
+
+@contextlib.contextmanager
+def timed(cls, name: str, totals: dict, device: torch.device):
+    """Adds the time spent in ``cls.name`` (synchronised after each call) to ``totals[name]``."""
+    original = getattr(cls, name)
+
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        result = original(*args, **kwargs)
+        synchronize(device)
+        totals[name] = totals.get(name, 0.0) + time.perf_counter() - start
+        return result
+
+    setattr(cls, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(cls, name, original)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--small", action="store_true", help="CPU-sized run (TSP10, M = 32, N = 10); the default without CUDA"
+    )
+    parser.add_argument(
+        "--iterations", type=int, default=4, help="iterations per throughput run (the first is warm-up)"
+    )
+    parser.add_argument("--minutes", type=float, default=3.0, help="budget of the time-to-target run")
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    small = args.small or not cuda
+    n, m, traj = (10, 32, 10) if small else (50, 1024, 50)
+    minutes = min(args.minutes, 0.3) if small else args.minutes
+    name = torch.cuda.get_device_name(device) if cuda else f"CPU ({torch.get_num_threads()} threads)"
+    print(f"gpu_check on {name}, torch {torch.__version__}; TSP{n}, M={m} x N={traj}" + (" (small)" if small else ""))
+    ppo_or.kool_references = lambda *args, **kwargs: None  # no LKH gaps: the check needs lengths only
+    started = time.perf_counter()
+
+    # 1-2. throughput, first losses, peak memory: float32 and bf16 autocast
+    base = ["--env-id", "tsp-v0", "--num-nodes", str(n), "--num-envs", str(m), "--n-traj", str(traj)]
+    base += ["--preset", "rlor", "--eval-interval", "0", "--no-anneal-lr", "--no-track"]
+    base += ["--total-timesteps", str(args.iterations * m * (n + 1))]
+    for amp in (False, True) if cuda else (False,):
+        output, losses, peak = train([*base, *(["--amp"] if amp else [])], device)
+        sps = steps_per_second(output, m, n)
+        loss_text = ", ".join(f"{tag.split('/')[1]} {value:.5f}" for tag, value in losses.items())
+        print(
+            f"train {'bf16 --amp' if amp else 'float32'}: {sps:,.0f} env steps/s ({sps * traj:,.0f} node selections/s); "
+            f"first-iteration losses: {loss_text}; peak memory " + (f"{peak:.2f} GiB" if cuda else "n/a (CPU)"),
+            flush=True,
+        )
+    if not cuda:
+        print("train bf16 --amp: skipped (needs CUDA)")
+
+    # 3. where an iteration waits: the NumPy env and the host-to-device copies
+    totals: dict = {}
+    with timed(TSPVectorEnv, "step", totals, device), timed(StateWrapper, "state", totals, device):
+        output, _, _ = train([*base[:-1], str(2 * m * (n + 1))], device)
+    rows = iteration_rows(output)
+    iteration = sum(float(r["rollout"]) + float(r["update"]) for r in rows)
+    rollout = sum(float(r["rollout"]) for r in rows)
+    print(
+        f"waiting, over {len(rows)} iterations: the env {totals['step']:.3f} s ({totals['step'] / iteration:.0%} of the "
+        f"iteration, {totals['step'] / rollout:.0%} of the rollout), observation copies to the device "
+        f"{totals['state']:.3f} s ({totals['state'] / iteration:.0%}); rollout {rollout:.2f} s, iteration {iteration:.2f} s",
+        flush=True,
+    )
+
+    # 4. evaluation throughput of the four decodes
+    if not small and RLOR_TSP50.exists():
+        agent, _ = load_agent(RLOR_TSP50, device=device)
+        weights = "published RLOR TSP50 weights"
+    else:
+        torch.manual_seed(0)
+        agent, weights = Agent("tsp").to(device).eval(), "untrained weights"
+    count = 20 if small else 1000
+    data = kool_dataset("tsp", n, "test", count)
+    rates = []
+    for mode, copies in DECODES:
+        decode(agent, {k: v[:2] for k, v in data.items()}, mode, augment_copies=copies)  # warm-up
+        synchronize(device)
+        start = time.perf_counter()
+        result = decode(agent, data, mode, augment_copies=copies, batch_size=count)
+        synchronize(device)
+        label = mode + (f" x{copies}" if copies > 1 else "")
+        rates.append(f"{label} {count / (time.perf_counter() - start):,.0f}/s (mean {result.lengths.mean():.4f})")
+    print(f"eval, {count} TSP{n} test instances, {weights}: " + ", ".join(rates), flush=True)
+
+    # 5. time to the target greedy length (TSP50 only)
+    ttq = ["--env-id", "tsp-v0", "--num-nodes", str(n), "--num-envs", str(m), "--no-track"]
+    ttq += ["--total-seconds", str(60 * minutes), "--eval-interval", "5" if small else "20"]
+    ttq += ["--eval-instances", str(100 if small else 1000)]
+    output, _, _ = train(ttq, device)
+    marks = []
+    for line in output.splitlines():
+        found = re.search(r"eval/greedy_length=([\d.]+).*?(\d\d):(\d\d):(\d\d) elapsed", line)
+        if found:
+            h, mi, s = (int(x) for x in found.groups()[1:])
+            marks.append((3600 * h + 60 * mi + s, float(found.group(1))))
+    best = min((length for _, length in marks), default=float("nan"))
+    reached = [t for t, length in marks if length <= TARGET]
+    if n != 50:
+        print(f"time to target: TSP{n} greedy {best:.4f} after {60 * minutes:.0f} s (the {TARGET} target is for TSP50)")
+    elif reached:
+        print(f"time to target: TSP50 greedy {TARGET} reached after {reached[0]} s of training (ppo-or preset)")
+    else:
+        print(f"time to target: TSP50 greedy {TARGET} not reached in {60 * minutes:.0f} s (best {best:.4f})")
+    print(f"gpu_check done in {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
