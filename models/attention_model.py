@@ -59,7 +59,9 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.attention = MultiHeadAttention(embed_dim, num_heads)
         self.norm1 = DistributedBatchNorm1d(embed_dim)
-        self.feed_forward = nn.Sequential(nn.Linear(embed_dim, ff_hidden), nn.ReLU(), nn.Linear(ff_hidden, embed_dim))
+        self.feed_forward = nn.Sequential(
+            nn.Linear(embed_dim, ff_hidden), nn.ReLU(inplace=True), nn.Linear(ff_hidden, embed_dim)
+        )
         self.norm2 = DistributedBatchNorm1d(embed_dim)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:

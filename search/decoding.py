@@ -25,6 +25,8 @@ from search.solutions import InvalidTourError, tour_length, validate_tour, vrp_c
 
 DECODES = ("greedy", "multi-greedy", "sampling")
 SYMMETRIES = 8
+CPU_MAX_ROWS = 256  # on a CPU, instances x symmetric copies per rollout: the encoder's work stays in cache
+CPU_MAX_QUERIES = 4096  # on a CPU, rows x trajectories per decode step (measured best, TSP50, 1 thread)
 
 
 @dataclass
@@ -133,8 +135,11 @@ def decode(
     """Decodes every instance (static arrays [B, ...], unit square) and keeps its best solution.
 
     ``num_starts`` (multi-greedy; default: every start node) and ``num_samples`` (sampling) set the
-    trajectories per instance; ``augment_copies`` the symmetries (1 or up to 8). Each best tour is
-    validated and its length recomputed independently of the environment. ``progress`` is called
+    trajectories per instance; ``augment_copies`` the symmetries (1 or up to 8). ``batch_size`` is
+    the most instances rolled out at once; on a CPU the rollouts are also capped at CPU_MAX_ROWS
+    instances x copies and CPU_MAX_QUERIES trajectories, which keeps them in cache (1.1-1.4x faster
+    than one large rollout). Each best tour is validated and its length recomputed independently of
+    the environment. ``progress`` is called
     with the number of instances done after each batch.
     """
     problem = agent.problem
@@ -156,6 +161,9 @@ def decode(
     generator = torch.Generator(device=next(agent.parameters()).device).manual_seed(seed)
     lengths, tours = np.empty(num_instances), []
     start = time.perf_counter()
+    if next(agent.parameters()).device.type == "cpu":  # smaller rollouts run faster there (a GPU wants them large)
+        rows = CPU_MAX_ROWS // augment_copies
+        batch_size = max(1, min(batch_size, rows, CPU_MAX_QUERIES // (augment_copies * n_traj)))
     for lo in range(0, num_instances, batch_size):
         batch = {key: value[lo : lo + batch_size] for key, value in instances.items()}
         size = batch["coords"].shape[0]
