@@ -8,7 +8,7 @@ trajectories per instance, measured on one thread of this machine: the original 
 instances/s greedy, 61/s multi-start (50 starts) and 21/s greedy with x8 augmentation (no RL4CO
 figure for multi-start x8).
 
-    python bench/eval_throughput.py [--instances 200] [--batch-size 250]
+    python bench/eval_throughput.py [--instances 500] [--batch-size 250]
 """
 
 import argparse
@@ -35,7 +35,7 @@ def rate(agent, data, mode, copies, batch_size, reencode):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--instances", type=int, default=200, help="instances for the cached decoder")
+    parser.add_argument("--instances", type=int, default=500, help="instances for the cached decoder")
     parser.add_argument("--baseline-instances", type=int, default=40, help="instances for the re-encoding baseline")
     parser.add_argument("--batch-size", type=int, default=250)
     args = parser.parse_args()

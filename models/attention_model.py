@@ -47,7 +47,8 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(embed_dim, embed_dim, bias=False)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        q, k, v = (split_heads(proj(h), self.num_heads) for proj in (self.query, self.key, self.value))
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # one product for q, k, v
+        q, k, v = (split_heads(x, self.num_heads) for x in F.linear(h, weight).chunk(3, dim=-1))
         return self.out(merge_heads(F.scaled_dot_product_attention(q, k, v)))
 
 
