@@ -42,6 +42,18 @@ def tour_length(
     return float(edges.sum())
 
 
+def check_routes(kind: str, tour: np.ndarray, num_nodes: int) -> None:
+    """The checks every depot problem shares: ``tour`` (actions 0 = depot .. n, the depot start
+    implied) ends at the depot, serves each of the ``num_nodes`` customers exactly once and has no
+    empty route. ``kind`` names the problem in the message."""
+    if tour.size == 0 or tour[-1] != 0:
+        raise InvalidTourError(f"{kind} tour does not end at the depot")
+    if not np.array_equal(np.sort(tour[tour != 0]), np.arange(1, num_nodes + 1)):
+        raise InvalidTourError(f"{kind} tour does not serve each of the {num_nodes} customers exactly once")
+    if np.any((tour[1:] == 0) & (tour[:-1] == 0)):
+        raise InvalidTourError(f"{kind} tour has an empty route (the depot twice in a row)")
+
+
 def validate_tour(problem: str, tour: np.ndarray, num_nodes: int, demand: np.ndarray | None = None) -> None:
     """Raises ``InvalidTourError`` unless ``tour`` is feasible.
 
@@ -54,13 +66,7 @@ def validate_tour(problem: str, tour: np.ndarray, num_nodes: int, demand: np.nda
         if tour.shape != (num_nodes,) or not np.array_equal(np.sort(tour), np.arange(num_nodes)):
             raise InvalidTourError(f"TSP tour is not a permutation of the {num_nodes} nodes: {tour.tolist()}")
         return
-    if tour.size == 0 or tour[-1] != 0:
-        raise InvalidTourError("CVRP tour does not end at the depot")
-    customers = tour[tour != 0]
-    if not np.array_equal(np.sort(customers), np.arange(1, num_nodes + 1)):
-        raise InvalidTourError(f"CVRP tour does not serve each of the {num_nodes} customers exactly once")
-    if np.any((tour[1:] == 0) & (tour[:-1] == 0)):
-        raise InvalidTourError("CVRP tour has an empty route (the depot twice in a row)")
+    check_routes("CVRP", tour, num_nodes)
     load = 0.0
     for node in tour:
         load = 0.0 if node == 0 else load + demand[node - 1]
@@ -79,36 +85,26 @@ def vrp_cost(instance: dict, tour: np.ndarray) -> float:
     window (waiting allowed; a route starts at the depot's opening), the return within the depot's
     closing and the route length (return included) within the limit, both unless the route is open.
     """
-    tour = [int(a) for a in np.asarray(tour)]
-    n = len(instance["coords"])
-    if not tour or tour[-1] != 0:
-        raise InvalidTourError("VRP tour does not end at the depot")
-    if sorted(a for a in tour if a) != list(range(1, n + 1)):
-        raise InvalidTourError(f"VRP tour does not serve each of the {n} customers exactly once")
+    tour = np.asarray(tour)
+    check_routes("VRP", tour, len(instance["coords"]))
     points = np.concatenate([np.asarray(instance["depot"])[None], instance["coords"]])
     linehaul = np.concatenate([[0.0], instance["demand_linehaul"]])
     backhaul = np.concatenate([[0.0], instance["demand_backhaul"]])
     windows, service = instance["time_windows"], instance["service_time"]
     is_open, limit = bool(instance["open_route"]), float(instance["distance_limit"])
-    cost, route, previous = 0.0, [], 0
-    for node in tour:
-        if node == 0 and previous == 0:
-            raise InvalidTourError("VRP tour has an empty route (the depot twice in a row)")
-        route.append(node)
-        previous = node
-        if node:
-            continue
+    cost = 0.0
+    for route in np.split(tour, np.flatnonzero(tour == 0)[:-1] + 1):  # each ends at the depot
+        stops = [0, *route.tolist()]
         loads, time, length, picked = [0.0, 0.0], float(windows[0, 0]), 0.0, False
-        stops = [0, *route]
         for a, b in zip(stops[:-1], stops[1:], strict=True):
             step = float(np.hypot(*(points[b] - points[a])))
-            if b == 0:
+            if b == 0:  # the return: free and unchecked on an open route
                 if not is_open:
+                    cost += step
                     length += step
                     if time + step > windows[0, 1] + TIME_TOLERANCE:
                         raise InvalidTourError(f"VRP route {stops} returns to the depot after it closes")
-                cost += 0.0 if is_open else step
-                break
+                continue
             cost += step
             length += step
             if backhaul[b] > 0:
@@ -125,5 +121,4 @@ def vrp_cost(instance: dict, tour: np.ndarray) -> float:
             time = max(time + step, float(windows[b, 0])) + float(service[b])
         if length > limit + TIME_TOLERANCE:
             raise InvalidTourError(f"VRP route {stops} is longer ({length:.4f}) than the distance limit {limit:g}")
-        route = []
     return cost
