@@ -158,7 +158,7 @@ def plot_routes(path: str, groups: list, results: list, count: int) -> None:
         points = group.node_points(i)
         tour = result["tours"][i]
         nodes = np.concatenate([tour, tour[:1]]) if group.problem == "tsp" else np.concatenate([[0], tour])
-        free_returns = group.problem == "mtvrp" and bool(group.instances["open_route"][i])
+        free_returns = group.free_returns(i)
         for a, b in zip(nodes[:-1], nodes[1:], strict=True):  # an open route's free return is dotted
             style = ":" if free_returns and b == 0 else "-"
             ax.plot(points[[a, b], 0], points[[a, b], 1], style, lw=1, color="tab:blue")

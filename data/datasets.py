@@ -53,8 +53,11 @@ class Dataset:
         """The length of ``tour`` (actions) of instance ``index`` in the data's own units."""
         closed = self.problem == "tsp"
         nodes = tour if closed else np.concatenate([[0], tour])
-        free_returns = self.problem == "mtvrp" and bool(self.instances["open_route"][index])
-        return tour_length(self.node_points(index), nodes, closed, self.rounding, free_returns)
+        return tour_length(self.node_points(index), nodes, closed, self.rounding, self.free_returns(index))
+
+    def free_returns(self, index: int) -> bool:
+        """Whether the returns to the depot cost nothing in instance ``index`` (an open-route VRP)."""
+        return self.problem == "mtvrp" and bool(self.instances["open_route"][index])
 
     def distance_matrix(self, index: int) -> np.ndarray:
         """Distances [A, A] between the nodes of instance ``index`` in reported units (for the
@@ -200,6 +203,14 @@ def load_vrp_npz(path: Path, data: dict) -> Dataset:
     return npz_dataset(path, "mtvrp", instances, data)
 
 
+def unit_square(points: np.ndarray) -> tuple[np.ndarray, float]:
+    """``points`` [A, 2] shifted to the origin and divided by their larger side: the coordinates for
+    the model, and that side (the span, 1 for a single point)."""
+    low, span = points.min(0), (points.max(0) - points.min(0)).max()
+    span = span if span > 0 else 1.0
+    return (points - low) / span, span
+
+
 def load_routing_file(path: Path, problem: str) -> Dataset:
     """One TSPLIB .tsp, CVRPLIB .vrp (EUC_2D) or Solomon .txt instance, normalised into the unit square."""
     import vrplib
@@ -225,8 +236,7 @@ def load_routing_file(path: Path, problem: str) -> Dataset:
         points = None
     if points is None or points.ndim != 2 or points.shape[1] != 2:
         raise DataError(f"{path}: malformed NODE_COORD_SECTION (x y per node), or a misspelt section after it")
-    low, span = points.min(0), (points.max(0) - points.min(0)).max()
-    unit = (points - low) / (span if span > 0 else 1.0)
+    unit, _ = unit_square(points)
     if problem == "tsp":
         instances = {"coords": unit[None]}
     else:
@@ -281,9 +291,7 @@ def load_solomon(path: Path) -> Dataset:
         or service.shape != (count,)
     ):
         raise DataError(f"{path}: malformed CUSTOMER table (7 columns per node, the depot first)")
-    low, span = points.min(0), (points.max(0) - points.min(0)).max()
-    span = span if span > 0 else 1.0
-    unit = (points - low) / span
+    unit, span = unit_square(points)
     instances = {
         "depot": unit[None, 0],
         "coords": unit[None, 1:],
@@ -319,7 +327,7 @@ def file_reference(path: Path, problem: str, points: np.ndarray) -> float:
 
 
 def load_folder(folder: Path, problem: str) -> list[Dataset]:
-    suffix = {"tsp": ".tsp", "cvrp": ".vrp", "mtvrp": ".txt"}[problem]
+    suffix = {kind: suffix for suffix, kind in FILE_SUFFIXES.items()}[problem]
     files = sorted(folder.glob(f"*{suffix}"))
     if not files:
         kind = {"tsp": "TSP", "cvrp": "CVRP", "mtvrp": "VRP (Solomon)"}[problem]
