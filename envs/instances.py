@@ -58,6 +58,17 @@ def random_instances(problem: str, rng: np.random.Generator, num_instances: int,
     return {"depot": depot, "coords": coords, "demand": demand / cvrp_capacity(num_nodes)}
 
 
+def standard_count(split: str, num_instances: int | None, set_size: int) -> int:
+    """Checks the ``split`` of a standard set ("test" or "val") and returns how many of its
+    ``set_size`` instances to take (all when ``num_instances`` is None)."""
+    if split not in KOOL_SEEDS:
+        raise ValueError(f"split must be one of {sorted(KOOL_SEEDS)}, got {split!r}")
+    count = set_size if num_instances is None else num_instances
+    if not 1 <= count <= set_size:
+        raise ValueError(f"num_instances must be in 1..{set_size}, got {num_instances}")
+    return count
+
+
 def kool_dataset(problem: str, num_nodes: int, split: str = "test", num_instances: int | None = None) -> dict:
     """The standard data sets of Kool et al. (2019), regenerated bit-exactly from their recipe.
 
@@ -65,12 +76,8 @@ def kool_dataset(problem: str, num_nodes: int, split: str = "test", num_instance
     of which the first ``num_instances`` are returned. A CVRP instance depends on the whole set
     (all depots are drawn first), so the whole set is drawn and then sliced.
     """
-    if split not in KOOL_SEEDS:
-        raise ValueError(f"split must be one of {sorted(KOOL_SEEDS)}, got {split!r}")
     check_problem(problem)
-    count = KOOL_SET_SIZE if num_instances is None else num_instances
-    if not 1 <= count <= KOOL_SET_SIZE:
-        raise ValueError(f"num_instances must be in 1..{KOOL_SET_SIZE}, got {num_instances}")
+    count = standard_count(split, num_instances, KOOL_SET_SIZE)
     rs = np.random.RandomState(KOOL_SEEDS[split])
     if problem == "tsp":
         return {"coords": rs.uniform(size=(KOOL_SET_SIZE, num_nodes, 2))[:count]}

@@ -29,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 
 from envs.base import DepotVectorEnv, SingleRoutingEnv
-from envs.instances import KOOL_SEEDS, cvrp_capacity, read_arrays
+from envs.instances import KOOL_SEEDS, cvrp_capacity, read_arrays, standard_count
 from envs.instances import STATIC_KEYS as INSTANCE_KEYS
 
 ATTRIBUTES = ("open_route", "backhaul", "distance_limit", "time_windows")
@@ -132,11 +132,7 @@ def vrp_dataset(variant: str, num_nodes: int, split: str = "test", num_instances
     """The standard test ("test", seed 1234) or validation ("val", seed 4321) set of a variant: 1,000
     instances of ``vrp_instances``, of which the first ``num_instances`` are returned. The sets of
     all variants share coordinates, demands and windows; only the attributes differ."""
-    if split not in KOOL_SEEDS:
-        raise ValueError(f"split must be one of {sorted(KOOL_SEEDS)}, got {split!r}")
-    count = TEST_SET_SIZE if num_instances is None else num_instances
-    if not 1 <= count <= TEST_SET_SIZE:
-        raise ValueError(f"num_instances must be in 1..{TEST_SET_SIZE}, got {num_instances}")
+    count = standard_count(split, num_instances, TEST_SET_SIZE)
     instances = vrp_instances(np.random.default_rng(KOOL_SEEDS[split]), TEST_SET_SIZE, num_nodes, variant)
     return {key: value[:count] for key, value in instances.items()}
 
@@ -189,7 +185,7 @@ def check_vrp_instances(instances: dict, num_instances: int | None = None, num_n
     for key, value in out.items():
         if value.shape != expected[key]:
             raise ValueError(f"{key!r} must have shape {list(expected[key])}, got {list(value.shape)}")
-        if np.isnan(value).any() if value.dtype != bool else False:
+        if value.dtype != bool and np.isnan(value).any():
             raise ValueError(f"{key!r} contains NaN values")
     for key in ("depot", "coords", "demand_linehaul", "demand_backhaul", "service_time"):
         if not np.isfinite(out[key]).all():
