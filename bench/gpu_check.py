@@ -20,11 +20,8 @@ Prints, on the first CUDA device (or on the CPU with small sizes, so that CI run
 
 import argparse
 import contextlib
-import io
-import os
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +30,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from inprocess import iteration_rows, trainer_run  # noqa: E402
+
 import ppo_or  # noqa: E402
 from envs import TSPVectorEnv, kool_dataset  # noqa: E402
 from models import Agent, StateWrapper, load_agent  # noqa: E402
@@ -52,30 +51,15 @@ def synchronize(device: torch.device) -> None:
 def train(argv: list[str], device: torch.device) -> tuple[str, dict, float]:
     """Runs ppo_or.py in-process in a temporary folder; returns its printed output, the first
     iteration's losses (from its tensorboard events) and the peak device memory in GiB."""
-    args, given = ppo_or.parse_args([*argv, "--checkpoint-interval", "0", "--seed", "1"])
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    cwd, out = os.getcwd(), io.StringIO()
-    with tempfile.TemporaryDirectory() as tmp:
-        os.chdir(tmp)
-        try:
-            with contextlib.redirect_stdout(out):
-                ppo_or.main(args, given)
-            (run,) = [p for p in Path(tmp, "runs").iterdir() if p.name != "references"]
-            events = EventAccumulator(str(run))
-            events.Reload()
-            tags = set(events.Tags()["scalars"])
-            losses = {tag: events.Scalars(tag)[0].value for tag in LOSSES if tag in tags}
-        finally:
-            os.chdir(cwd)
+    with trainer_run([*argv, "--checkpoint-interval", "0", "--seed", "1"]) as (output, run):
+        events = EventAccumulator(str(run))
+        events.Reload()
+        tags = set(events.Tags()["scalars"])
+        losses = {tag: events.Scalars(tag)[0].value for tag in LOSSES if tag in tags}
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
-    return out.getvalue(), losses, peak
-
-
-def iteration_rows(output: str) -> list[dict]:
-    return [
-        dict(re.findall(r"([\w/]+)=([\d.]+)", line)) for line in output.splitlines() if line.startswith("iteration=")
-    ]
+    return output, losses, peak
 
 
 def steps_per_second(output: str, num_envs: int, num_nodes: int) -> float:

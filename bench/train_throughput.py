@@ -18,10 +18,6 @@ shows where the time goes.
 """
 
 import argparse
-import contextlib
-import io
-import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -29,11 +25,10 @@ import time
 from pathlib import Path
 
 import torch
+from inprocess import iteration_rows, trainer_run
 from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-import ppo_or  # noqa: E402
 
 PAPER_SPS = {64: 370, 1024: 240}
 EPOCHS = 2  # the update epochs of the rlor preset, as timed
@@ -45,8 +40,7 @@ def measure(num_envs: int, iterations: int, cache: bool) -> dict:
     cmd += [] if cache else ["--no-encoder-cache"]
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=True).stdout
-    rows = [dict(re.findall(r"(\w+)=([\d.]+)", line)) for line in out.splitlines() if line.startswith("iteration=")]
-    rows = rows[1:]  # warm-up
+    rows = iteration_rows(out)[1:]  # the first is warm-up
     rollout = sum(float(r["rollout"]) for r in rows)
     update = sum(float(r["update"]) for r in rows)
     env_steps = len(rows) * num_envs * 51
@@ -62,15 +56,8 @@ def trainer_args(num_envs: int, steps: int) -> list[str]:
 def one_iteration(num_envs: int, mode, epochs: int = EPOCHS) -> None:
     """One iteration of the real trainer, in-process in a temporary folder, under ``mode`` (a
     context manager such as FlopCounterMode or the profiler)."""
-    args, given = ppo_or.parse_args([*trainer_args(num_envs, num_envs * 51), "--update-epochs", str(epochs)])
-    cwd = os.getcwd()
-    with tempfile.TemporaryDirectory() as tmp:
-        os.chdir(tmp)
-        try:
-            with mode, contextlib.redirect_stdout(io.StringIO()):
-                ppo_or.main(args, given)
-        finally:
-            os.chdir(cwd)
+    with trainer_run([*trainer_args(num_envs, num_envs * 51), "--update-epochs", str(epochs)], mode):
+        pass
 
 
 def iteration_flops(num_envs: int) -> tuple[float, float]:
