@@ -3,9 +3,9 @@
 For each variant, the first K instances of its standard test set (``envs.vrp.vrp_dataset``, seed
 1234) are solved by PyVRP for --solver-seconds each (cached as .npy in --out, computed --jobs at a
 time) and decoded by every checkpoint, one thread; the table gives the mean PyVRP cost and, per
-checkpoint, the mean greedy and multi-greedy (every customer as a start) gap in percent, the way
-RouteFinder and RL4CO report the 16 variants. Every decoded and every PyVRP solution is checked
-(``search.solutions.vrp_cost``).
+checkpoint, the mean greedy and multi-greedy (every customer as a start) cost and gap in percent,
+the way RouteFinder and RL4CO report the 16 variants. Every decoded and every PyVRP solution is
+checked (``search.solutions.vrp_cost``).
 
     python bench/vrp_variants.py --checkpoints mtvrp=checkpoints/mtvrp20.pt vrptw=checkpoints/vrptw20.pt \\
         --num-nodes 20 --instances 200 --variants vrptw cvrp ...   (default: all 16)
@@ -75,21 +75,24 @@ def main():
         for variant in args.variants:
             reference = references(variant, args, pool)
             (data,) = load_data("test", "mtvrp", args.num_nodes, args.instances, variant=variant)
-            row = {"variant": variant, "pyvrp": float(reference.mean())}
+            row = {"variant": variant, "pyvrp": float(reference.mean()), "lengths": {}}
             for name, agent in agents.items():
                 for decoding in ("greedy", "multi-greedy"):
                     lengths = decode(agent, data.instances, decoding, batch_size=args.instances).lengths
                     row[f"{name} {decoding}"] = float(100 * (lengths / reference - 1).mean())
+                    row["lengths"][f"{name} {decoding}"] = float(lengths.mean())
             rows.append(row)
-            print("  ".join(f"{k}={v:.4f}" if isinstance(v, float) else v for k, v in row.items()), flush=True)
-    columns = [c for c in rows[0] if c not in ("variant", "pyvrp")]
+            columns = list(row["lengths"])
+            figures = "  ".join(f"{c}={row['lengths'][c]:.4f} ({row[c]:.2f}%)" for c in columns)
+            print(f"{variant}: PyVRP {row['pyvrp']:.4f}  {figures}", flush=True)
     print(
-        f"\n{args.instances} test instances per variant, n={args.num_nodes}, gaps in % to PyVRP "
+        f"\n{args.instances} test instances per variant, n={args.num_nodes}: mean cost and mean gap in % to PyVRP "
         f"({args.solver_seconds:g} s per instance), 1 thread"
     )
     print(f"| variant | PyVRP | {' | '.join(columns)} |\n|---|---|{'---|' * len(columns)}")
     for row in rows:
-        print(f"| {row['variant']} | {row['pyvrp']:.4f} | " + " | ".join(f"{row[c]:.2f}%" for c in columns) + " |")
+        cells = " | ".join(f"{row['lengths'][c]:.4f} ({row[c]:.2f}%)" for c in columns)
+        print(f"| {row['variant']} | {row['pyvrp']:.4f} | {cells} |")
     means = {c: np.mean([row[c] for row in rows]) for c in columns}
     print("| mean | | " + " | ".join(f"{means[c]:.2f}%" for c in columns) + " |")
     if args.output:
