@@ -86,7 +86,12 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for corrupt or foreign files
-        raise CheckpointError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})") from exc
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        detail = lines[0].split(". ")[0] if lines else ""  # torch's own text runs over many lines
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read ({type(exc).__name__}: {detail}); "
+            "give a ppo_or.py checkpoint or a published RLOR state dict"
+        ) from exc
     if is_rlor_state_dict(obj):
         problem = rlor_problem(obj)
         # the state dict does not record the training size; RLOR names its files like tsp50-v0-12000.pt
