@@ -27,7 +27,7 @@ from data.datasets import STANDARD_SETS, DataError, Dataset, load_data
 from data.references import solve_reference
 from envs import ENV_VARIANTS
 from envs.vrp import MIXED, VARIANTS
-from models import CheckpointError, latest_checkpoint, load_agent
+from models import CheckpointError, keep_freed_memory, latest_checkpoint, load_agent
 from search import decode
 
 
@@ -201,6 +201,7 @@ def main(args: Args) -> None:
     check_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
+    keep_freed_memory()
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     try:
         checkpoint = latest_checkpoint(args.checkpoint)

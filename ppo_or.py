@@ -39,7 +39,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from data.references import kool_references
 from envs import ENV_IDS, ENV_VARIANTS, standard_dataset
-from models import Agent, StateWrapper, latest_checkpoint, read_checkpoint, save_checkpoint
+from models import Agent, StateWrapper, keep_freed_memory, latest_checkpoint, read_checkpoint, save_checkpoint
 from search import augment, decode, forced_actions
 
 
@@ -562,6 +562,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.threads:
         torch.set_num_threads(args.threads)
+    keep_freed_memory()  # glibc reuses freed host memory instead of page-faulting fresh pages
 
     # env setup: each process steps num_envs instances of its own
     envs = gym.make_vec(
@@ -754,7 +755,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
                     cache=cache,
                     with_value=critic,
                 )
-                next_obs, reward, terminations, _, _ = envs.step(action.cpu().numpy())
+                next_obs, reward, terminations, _, _ = envs.step(wrapper.numpy(action))
                 episode_return += reward
                 episode_length += running
                 states.append({k: v for k, v in state.items() if k not in static})
@@ -762,9 +763,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
                 logprobs.append(logprob.float())
                 if critic:
                     values.append(value.float())
-                    rewards.append(torch.as_tensor(reward, dtype=torch.float32, device=device))
-                    dones.append(torch.as_tensor(terminations, device=device))
-                live = torch.as_tensor(running, device=device)
+                    rewards.append(wrapper.tensor(reward))
+                    dones.append(wrapper.tensor(terminations))
+                live = wrapper.tensor(running)
                 alive.append(live & args.train_start if forced else live)
                 if args.multi_start:
                     weights.append(len(start_actions) * logprob.float().exp() if forced else torch.ones_like(logprob))

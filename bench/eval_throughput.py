@@ -8,7 +8,10 @@ trajectories per instance, measured on one thread of this machine: the original 
 instances/s greedy, 61/s multi-start (50 starts) and 21/s greedy with x8 augmentation (no RL4CO
 figure for multi-start x8).
 
-    python bench/eval_throughput.py [--instances 500] [--batch-size 250]
+Each cached figure is the median of --repeats runs after a warm-up; the process keeps freed memory
+for reuse as ppo_or.py and eval.py do (``models.keep_freed_memory``).
+
+    python bench/eval_throughput.py [--instances 500] [--batch-size 250] [--repeats 3]
 """
 
 import argparse
@@ -16,21 +19,27 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from envs import kool_dataset  # noqa: E402
-from models import Agent  # noqa: E402
+from models import Agent, keep_freed_memory  # noqa: E402
 from search import decode  # noqa: E402
 
 RL4CO = {"greedy": 283, "multi-greedy": 61, "greedy x8": 21}  # RL4CO 0.7, TSP50, 1 thread, instances/s
 SETTINGS = [("greedy", 1), ("multi-greedy", 1), ("greedy", 8), ("multi-greedy", 8)]
 
 
-def rate(agent, data, mode, copies, batch_size, reencode):
-    start = time.perf_counter()
-    decode(agent, data, mode, augment_copies=copies, batch_size=batch_size, reencode=reencode)
-    return len(data["coords"]) / (time.perf_counter() - start)
+def rate(agent, data, mode, copies, batch_size, reencode, repeats):
+    """Instances/s of ``decode``: the median of ``repeats`` timed runs after a warm-up on 2 instances."""
+    decode(agent, {k: v[:2] for k, v in data.items()}, mode, augment_copies=copies, reencode=reencode)
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        decode(agent, data, mode, augment_copies=copies, batch_size=batch_size, reencode=reencode)
+        rates.append(len(data["coords"]) / (time.perf_counter() - start))
+    return float(np.median(rates))
 
 
 def main():
@@ -38,8 +47,10 @@ def main():
     parser.add_argument("--instances", type=int, default=500, help="instances for the cached decoder")
     parser.add_argument("--baseline-instances", type=int, default=40, help="instances for the re-encoding baseline")
     parser.add_argument("--batch-size", type=int, default=250)
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per figure (the median is printed)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    keep_freed_memory()  # as ppo_or.py and eval.py run
     torch.manual_seed(0)
     print("50 nodes, 1 thread, instances/s (untrained weights: speed does not depend on them)")
     for problem in ("tsp", "cvrp"):
@@ -48,8 +59,8 @@ def main():
         small = {k: v[: args.baseline_instances] for k, v in data.items()}
         for mode, copies in SETTINGS:
             name = mode + (f" x{copies}" if copies > 1 else "")
-            cached = rate(agent, data, mode, copies, args.batch_size, reencode=False)
-            reencoded = rate(agent, small, mode, copies, args.batch_size, reencode=True)
+            cached = rate(agent, data, mode, copies, args.batch_size, False, args.repeats)
+            reencoded = rate(agent, small, mode, copies, args.batch_size, True, 1)
             line = f"{problem.upper()}50 {name:<16}: cached {cached:8.1f}/s, re-encoding {reencoded:7.1f}/s, ratio {cached / reencoded:5.1f}x"
             if problem == "tsp" and name in RL4CO:
                 line += f"; RL4CO 0.7 (1 thread): {RL4CO[name]}/s ({cached / RL4CO[name]:.1f}x)"

@@ -7,7 +7,8 @@ Prints, on the first CUDA device (or on the CPU with small sizes, so that CI run
 2. the first iteration's losses of both runs (same seed: bf16 must track float32) and the peak
    GPU memory of each;
 3. how much of an iteration the device waits for the NumPy env and for the host-to-device copies of
-   the observations (timed in an instrumented run that synchronises after each copy);
+   the observations (timed in an instrumented run that synchronises after each copy), and the
+   copies, synchronisations and CUDA runtime calls per rollout step (``bench/host_traffic.py``);
 4. evaluation throughput (instances/s) of the four decodes: greedy, multi-greedy (50 starts),
    greedy x8 augmentation, multi-greedy x8, with the published TSP50 checkpoint when ../shared has
    it (else untrained weights: speed does not depend on them);
@@ -30,6 +31,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from host_traffic import report as traffic_report  # noqa: E402
 from inprocess import iteration_rows, trainer_run  # noqa: E402
 
 import ppo_or  # noqa: E402
@@ -137,6 +139,7 @@ def main():
         f"{totals['state']:.3f} s ({totals['state'] / iteration:.0%}); rollout {rollout:.2f} s, iteration {iteration:.2f} s",
         flush=True,
     )
+    print("host traffic: " + traffic_report("tsp-v0", n, 64, cuda), flush=True)
 
     # 4. evaluation throughput of the four decodes
     if not small and RLOR_TSP50.exists():

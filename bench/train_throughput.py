@@ -7,12 +7,13 @@ first iteration is dropped as warm-up). The reference: the paper's original code
 thread of this machine, TSP50, N = 50: about 370 env steps/s at M = 64 and 240 at M = 1024.
 
 Against the machine's limit: the model FLOPs of one iteration (matrix products and attention,
-counted by torch.utils.flop_counter.FlopCounterMode over the real trainer run in-process, split
+counted by torch.utils.flop_counter.FlopCounterMode, taught the CPU attention kernels, over the real trainer run in-process, split
 into rollout and update by counting with 1 and 2 update epochs) divided by the measured times,
 beside the rate of a large float32 matmul on one thread measured in the same run (the peak).
 
-`--profile` also prints torch.profiler's table of one iteration (ops by self CPU time), which
-shows where the time goes.
+Where the time goes: one profiled iteration split into the attention kernels, the matrix products
+and the rest (elementwise ops, indexing, optimizer, env), each with its FLOP rate. `--profile` also
+prints torch.profiler's table of that iteration (ops by self CPU time).
 
     python bench/train_throughput.py [--num-envs 64 256] [--iterations 3] [--profile]
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import torch
 from inprocess import iteration_rows, trainer_run
+from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +55,18 @@ def trainer_args(num_envs: int, steps: int) -> list[str]:
     return args + ["--checkpoint-interval", "0", "--no-anneal-lr", "--preset", "rlor"]
 
 
+def count_cpu_attention() -> None:
+    """Teaches FlopCounterMode the CPU kernels of scaled_dot_product_attention (torch 2.13 counts only
+    the CUDA ones, so the attention, a quarter of the update's FLOPs, would be left out): forward
+    4 B H L S d (scores and weighted values), backward twice that, as torch counts them on CUDA."""
+    forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+    if forward not in flop_counter.flop_registry:
+        flop_counter.register_flop_formula(forward, get_raw=True)(flop_counter.sdpa_flop)
+    if backward not in flop_counter.flop_registry:
+        flop_counter.register_flop_formula(backward, get_raw=True)(flop_counter.sdpa_backward_flop)
+
+
 def one_iteration(num_envs: int, mode, epochs: int = EPOCHS) -> None:
     """One iteration of the real trainer, in-process in a temporary folder, under ``mode`` (a
     context manager such as FlopCounterMode or the profiler)."""
@@ -60,16 +74,50 @@ def one_iteration(num_envs: int, mode, epochs: int = EPOCHS) -> None:
         pass
 
 
-def iteration_flops(num_envs: int) -> tuple[float, float]:
+def iteration_flops(num_envs: int) -> tuple[float, float, dict]:
     """Model FLOPs of one rollout and of one update epoch at M = ``num_envs`` (one iteration of the
-    real trainer under FlopCounterMode, with 1 and with 2 update epochs: the difference is an epoch)."""
+    real trainer under FlopCounterMode, with 1 and with 2 update epochs: the difference is an epoch),
+    and the FLOPs of the 2-epoch iteration per op name."""
+    count_cpu_attention()
     totals = []
-    for epochs in (1, 2):
+    for epochs in (1, EPOCHS):
         counter = FlopCounterMode(display=False)
         one_iteration(num_envs, counter, epochs)
         totals.append(counter.get_total_flops())
-    per_epoch = totals[1] - totals[0]
-    return totals[0] - per_epoch, per_epoch
+    per_epoch = (totals[1] - totals[0]) / (EPOCHS - 1)
+    by_op = {str(op): flops for op, flops in counter.get_flop_counts()["Global"].items()}
+    return totals[0] - per_epoch, per_epoch, by_op
+
+
+def op_group(name: str) -> str:
+    """An op ("aten::bmm" from the profiler, "aten.bmm" from the FLOP counter) -> its group."""
+    op = name.replace("::", ".").removeprefix("aten.").split(".")[0]
+    if "scaled_dot_product" in op:
+        return "attention kernels"
+    return "matrix products" if op in ("mm", "bmm", "addmm") else "the rest"
+
+
+def where_time_goes(num_envs: int, by_op: dict, peak: float) -> str:
+    """One profiled iteration, its self CPU time split into the attention kernels, the matrix products
+    and everything else (elementwise ops, indexing, the optimizer, the env: no model FLOPs), each
+    with its share of the time and its FLOP rate against the peak."""
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    one_iteration(num_envs, profiler)
+    seconds = dict.fromkeys(["attention kernels", "matrix products", "the rest"], 0.0)
+    for event in profiler.key_averages():
+        seconds[op_group(event.key)] += event.self_cpu_time_total / 1e6
+    flops = dict.fromkeys(seconds, 0.0)
+    for op, count in by_op.items():
+        flops[op_group(op)] += count
+    total = sum(seconds.values())
+    parts = []
+    for group, spent in seconds.items():
+        part = f"{group} {spent / total:.0%} of the time"
+        if flops[group]:
+            rate = flops[group] / spent
+            part += f" at {rate / 1e9:.0f} GFLOP/s ({rate / peak:.0%} of peak)"
+        parts.append(part)
+    return "  where the time goes (one profiled iteration, self CPU time): " + "; ".join(parts)
 
 
 def matmul_peak(size: int = 2048, repeats: int = 5) -> float:
@@ -108,7 +156,7 @@ def main():
         if m in PAPER_SPS:
             line += f"; vs the paper's original code ({PAPER_SPS[m]}/s) {cached['sps'] / PAPER_SPS[m]:.1f}x"
         print(line, flush=True)
-        rollout_flops, epoch_flops = iteration_flops(m)
+        rollout_flops, epoch_flops, by_op = iteration_flops(m)
         update_rate = EPOCHS * epoch_flops / cached["update"]
         rollout_rate = rollout_flops / cached["rollout"]
         total_rate = (rollout_flops + EPOCHS * epoch_flops) / (cached["rollout"] + cached["update"])
@@ -119,6 +167,7 @@ def main():
             f"iteration {total_rate / 1e9:.2f} GFLOP/s ({total_rate / peak:.0%})",
             flush=True,
         )
+        print(where_time_goes(m, by_op, peak), flush=True)
         if args.profile:
             torch.set_num_threads(1)
             profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])

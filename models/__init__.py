@@ -10,6 +10,7 @@ from models.checkpoints import (
     read_checkpoint,
     save_checkpoint,
 )
+from models.runtime import keep_freed_memory
 from models.state import StateWrapper
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "CheckpointError",
     "StateWrapper",
     "export_weights",
+    "keep_freed_memory",
     "latest_checkpoint",
     "load_agent",
     "read_checkpoint",

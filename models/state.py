@@ -2,6 +2,12 @@
 
 Static arrays (the instance) are converted once per rollout, the small dynamic arrays every step.
 Floats become float32, node indices int64; masks stay bool (True = allowed).
+
+Host-device traffic per step: each dynamic array is one copy to the device, staged in pinned
+(page-locked) memory and sent without blocking on a GPU (``tensor``); the actions the env needs
+come back in one copy (``numpy``), the only synchronisation of a step. On the CPU both are free
+(the tensor shares the array's memory). Both run under a profiler label (``host_to_device``,
+``device_to_host``) so that ``bench/host_traffic.py`` can count them per step.
 """
 
 from __future__ import annotations
@@ -32,18 +38,32 @@ class StateWrapper:
         self.device = torch.device(device)
 
     def static(self, obs: dict) -> dict:
-        return {key: self._tensor(obs[key]) for key in STATIC_KEYS[self.problem]}
+        return {key: self.tensor(obs[key]) for key in STATIC_KEYS[self.problem]}
 
     def dynamic(self, obs: dict) -> dict:
-        return {key: self._tensor(obs[key]) for key in DYNAMIC_KEYS[self.problem]}
+        return {key: self.tensor(obs[key]) for key in DYNAMIC_KEYS[self.problem]}
 
     def state(self, static: dict, obs: dict) -> dict:
         return {**static, **self.dynamic(obs)}
 
-    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+    def tensor(self, array: np.ndarray) -> torch.Tensor:
+        """One NumPy array -> a tensor on the device (float32 / int64 / bool), in one
+        non-blocking copy from pinned memory on a GPU. The pinned block is fresh for each copy (torch's
+        host allocator reuses it only once its copy has finished), so the env may overwrite its
+        arrays right after the call."""
         array = np.asarray(array)
         if array.dtype.kind == "f":
             array = array.astype(np.float32, copy=False)
         elif array.dtype.kind in "iu":
             array = array.astype(np.int64, copy=False)
-        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device, non_blocking=True)
+        with torch.profiler.record_function("host_to_device"):
+            host = torch.from_numpy(np.ascontiguousarray(array))
+            if self.device.type != "cuda":
+                return host.to(self.device)
+            return host.pin_memory().to(self.device, non_blocking=True)
+
+    @staticmethod
+    def numpy(x: torch.Tensor) -> np.ndarray:
+        """A device tensor -> a NumPy array: one blocking copy (a synchronisation on a GPU)."""
+        with torch.profiler.record_function("device_to_host"):
+            return x.cpu().numpy()

@@ -112,7 +112,7 @@ def rollout(
                 action = logits.argmax(-1)
             else:
                 action = sample(torch.log_softmax(logits, -1), generator)
-            action = action.cpu().numpy()
+            action = wrapper.numpy(action)
         steps += ~env.terminated
         obs, reward, _, _, _ = env.step(action)
         lengths -= reward

@@ -218,3 +218,23 @@ def test_sampler_follows_the_distribution_and_never_picks_masked_actions():
     freq = torch.stack([(draws[:, 0] == a).float().mean() for a in range(6)])
     torch.testing.assert_close(freq, probs[0], atol=0.03, rtol=0)
     assert (draws[:, 1] == 5).all()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_single_query_attention_equals_the_fused_kernel(seed):
+    """The greedy decoder's one-query attention (two batched products) against
+    torch's scaled_dot_product_attention, with masked keys, on random inputs."""
+    import torch.nn.functional as F
+
+    from models.attention_model import single_query_attention
+
+    g = torch.Generator().manual_seed(seed)
+    b, heads, keys, dk = 5, 8, 13, 16
+    q = torch.randn(b, 1, heads, dk, generator=g).transpose(1, 2)  # the decoder's strided layout
+    k, v = torch.randn(2, b, heads, keys, dk, generator=g)
+    mask = torch.rand(b, 1, 1, keys, generator=g) < 0.6
+    mask[..., seed] = True
+    bias = torch.where(mask, 0.0, float("-inf"))
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    torch.testing.assert_close(single_query_attention(q, k, v, bias), expected, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(expected, F.scaled_dot_product_attention(q, k, v))  # the mask matters

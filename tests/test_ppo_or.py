@@ -405,6 +405,24 @@ def test_gpu_check_runs_on_cpu():
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    for needle in ("train float32:", "first-iteration losses: policy_loss", "waiting, over 2 iterations: the env"):
+    needles = ("train float32:", "first-iteration losses: policy_loss", "waiting, over 2 iterations: the env")
+    for needle in (*needles, "host traffic: tsp-v0"):
         assert needle in out
     assert "multi-greedy x8" in out and "time to target: TSP10 greedy" in out and "gpu_check done" in out
+
+
+@pytest.mark.parametrize("env_id", ["tsp-v0", "cvrp-v0", "mtvrp-v0"])
+def test_a_rollout_step_copies_each_observation_once_and_syncs_once(env_id):
+    """Counted by the profiler (bench/host_traffic.py) over a real rollout: per step, one copy to the
+    device per dynamic observation array plus the reward, termination and live flags, one copy of
+    the actions back (the step's only synchronisation), no .item() / nonzero on device tensors."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from host_traffic import traffic_per_step
+
+    from models.state import DYNAMIC_KEYS
+
+    counts = traffic_per_step(env_id, num_nodes=10, num_envs=8)
+    assert counts["steps"] >= 9
+    assert counts["host_to_device"] == len(DYNAMIC_KEYS[ENV_IDS[env_id]]) + 3
+    assert counts["device_to_host"] == 1
+    assert counts["aten::_local_scalar_dense"] == counts["aten::nonzero"] == counts["aten::is_nonzero"] == 0

@@ -1,0 +1,35 @@
+"""Process settings for running the model on the CPU."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3  # glibc's mallopt parameters
+
+
+def keep_freed_memory() -> bool:
+    """Lets glibc's allocator keep freed memory for reuse instead of returning it to the OS.
+
+    The model allocates and frees the same large tensors (several MB) at every step; by default glibc
+    serves them with fresh pages (blocks above its mmap threshold, or the trimmed top of the heap), and
+    every first touch of a page is a page fault that the kernel must zero. Keeping up to 1 GiB of freed
+    memory makes greedy decoding about 10% and a PPO update about 5% faster on one thread (measured
+    with bench/eval_throughput.py). It does not touch CUDA memory. Returns False where the C library
+    is not glibc (macOS, Windows, musl), which is then left as it is.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return all(
+        (
+            mallopt(M_MMAP_THRESHOLD, 32 << 20),  # the largest glibc accepts: larger blocks still get mmap
+            mallopt(M_TRIM_THRESHOLD, 1 << 30),
+            mallopt(M_TOP_PAD, 64 << 20),
+        )
+    )
