@@ -1,0 +1,62 @@
+"""Decisions per second of the Flatland wrapper (envs/rail.py) against the raw simulator.
+
+Random decisions on generated maps (25x25 with 5 trains by default), all trains released: the
+wrapper asks only trains on or before a switch and moves the others itself, so an episode has fewer
+decisions than train-steps. Prints, per map size, the wrapper's decisions/s and simulator steps/s,
+and the raw simulator stepped with one action per train per step (what a policy would be asked
+without the wrapper): train-steps/s, and the ratio of decisions to train-steps (the share of
+choices the wrapper leaves to the policy). One process, no model.
+
+    python bench/rail_throughput.py [--sizes 25x25x5 35x35x10] [--episodes 5]
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from envs.rail import RailDecisionEnv, rail_env  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", default=["25x25x5", "35x35x10"], help="WIDTHxHEIGHTxTRAINS")
+    parser.add_argument("--episodes", type=int, default=5)
+    args = parser.parse_args()
+    for size in args.sizes:
+        width, height, trains = (int(x) for x in size.split("x"))
+        env = RailDecisionEnv(width, height, trains)
+        rng = np.random.default_rng(0)
+        decisions = sim_steps = train_steps = 0
+        wrapper_seconds = raw_seconds = 0.0
+        for seed in range(args.episodes):
+            start = time.perf_counter()
+            env.reset(seed)
+            while not env.done:
+                env.step(rng.integers(0, 3, size=trains))
+            wrapper_seconds += time.perf_counter() - start
+            decisions += env.decisions
+            sim_steps += env.simulator_steps
+            raw = rail_env(width, height, trains, seed)
+            start = time.perf_counter()
+            steps = 0
+            while not raw.dones["__all__"] and steps < env.simulator_steps:
+                raw.step({h: int(a) for h, a in enumerate(rng.integers(1, 4, size=trains))})
+                steps += 1
+            raw_seconds += time.perf_counter() - start
+            train_steps += steps * trains
+        print(
+            f"{width}x{height}, {trains} trains, {args.episodes} episodes: wrapper {decisions / wrapper_seconds:,.0f} "
+            f"decisions/s ({sim_steps / wrapper_seconds:,.0f} simulator steps/s, {decisions:,} decisions over "
+            f"{sim_steps:,} steps); raw simulator {train_steps / raw_seconds:,.0f} train-steps/s "
+            f"({sim_steps / raw_seconds:,.0f} steps/s); the policy is asked {decisions / (sim_steps * trains):.0%} "
+            f"of the train-steps; simulator steps/s through the wrapper vs raw {raw_seconds / wrapper_seconds:.2f}x",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""Railway scheduling on the Flatland simulator (flatland-rl), met the way the NeurIPS 2020 RL-track
+winners met it: trains decide only where it matters, each train's episode ends at its target or in
+a deadlock, and a scheduler releases a few trains at a time.
+
+``RailDecisionEnv`` wraps one ``flatland.envs.rail_env.RailEnv``:
+- **Decisions only where they matter.** A train on the map chooses among ``ACTIONS`` (stop, take
+  the left branch, take the right branch) only when it stands on a switch with a choice in its
+  direction of travel or on the cell before a switch cell; everywhere else it moves forward along
+  the only path (the simulator's MOVE_FORWARD) without asking. ``step`` runs the simulator until
+  some train must decide again, so an episode has far fewer decisions than simulator steps.
+- **Per-train episodes.** A train is finished when it reaches its target or is deadlocked: it and
+  every train it waits for can never move again (``deadlocked_trains``). The simulator runs on
+  until every train is finished or its step limit is reached.
+- **Reward per train**: 0.01 x (decrease of the shortest-path distance to the target since the
+  train's previous decision) - 5 when it becomes deadlocked + 10 on arrival.
+- **Release scheduling.** At most ``max_active`` trains are on the map (or waiting to enter it) at
+  once; when one finishes, the next is released. ``release_order`` is the training heuristic: the
+  trains closest to their targets first.
+
+Shapes: T trains. Positions are (row, column); directions 0..3 = north, east, south, west.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+STOP, LEFT, RIGHT = 0, 1, 2
+ACTIONS = ("stop", "left branch", "right branch")
+# the simulator's actions (flatland.envs.rail_env_action.RailEnvActions)
+DO_NOTHING, MOVE_LEFT, MOVE_FORWARD, MOVE_RIGHT, STOP_MOVING = 0, 1, 2, 3, 4
+ROW_STEP = (-1, 0, 1, 0)
+COL_STEP = (0, 1, 0, -1)
+DISTANCE_REWARD, DEADLOCK_PENALTY, ARRIVAL_REWARD = 0.01, -5.0, 10.0
+
+
+def rail_env(width: int, height: int, trains: int, seed: int, cities: int | None = None):
+    """A Flatland RailEnv on a sparse generated map (the challenge's generator), speed 1, no
+    malfunctions; ``cities`` defaults to one per 4 trains (at least 2: each city has up to 4 station
+    tracks). Raises ValueError with one line when the cities' station tracks cannot hold the trains."""
+    from flatland.envs.line_generators import sparse_line_generator
+    from flatland.envs.rail_env import RailEnv
+    from flatland.envs.rail_generators import sparse_rail_generator
+
+    if min(width, height) < 20:
+        raise ValueError(f"map {width}x{height}: Flatland's sparse generator needs at least 20x20 cells")
+    cities = cities if cities is not None else max(2, -(-trains // 4))
+    if trains < 1:
+        raise ValueError(f"trains must be at least 1, got {trains}")
+    if trains > 4 * cities:  # the generator's station tracks: 2 x max_rail_pairs_in_city per city
+        raise ValueError(
+            f"{trains} trains do not fit {cities} cities of 4 station tracks each: use at most {4 * cities} trains "
+            "or more cities"
+        )
+    env = RailEnv(
+        width=width,
+        height=height,
+        rail_generator=sparse_rail_generator(
+            max_num_cities=cities, grid_mode=False, max_rails_between_cities=2, max_rail_pairs_in_city=2
+        ),
+        line_generator=sparse_line_generator(),
+        number_of_agents=trains,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env.reset(random_seed=seed)
+    if len(env.agents) != trains:
+        raise ValueError(f"the {width}x{height} map with {cities} cities holds {len(env.agents)} trains, not {trains}")
+    return env
+
+
+def exits(env, position: tuple, direction: int) -> list[int]:
+    """The directions a train at ``position`` heading ``direction`` may leave the cell in."""
+    return [d for d, allowed in enumerate(env.rail.get_transitions((position, direction))) if allowed]
+
+
+def is_switch(env, position: tuple) -> bool:
+    """A cell where a train coming from some direction has more than one way to go on."""
+    return any(len(exits(env, position, d)) > 1 for d in range(4))
+
+
+def next_cell(position: tuple, direction: int) -> tuple:
+    return position[0] + ROW_STEP[direction], position[1] + COL_STEP[direction]
+
+
+def branches(env, position: tuple, direction: int) -> list[int]:
+    """Exit directions ordered from the leftmost turn to the rightmost (a U-turn at a dead end counts
+    as straight on)."""
+    turn = {3: 0, 0: 1, 2: 1, 1: 2}  # (exit - direction) % 4 -> left, straight, right
+    return sorted(exits(env, position, direction), key=lambda e: turn[(e - direction) % 4])
+
+
+def simulator_action(direction: int, exit_direction: int) -> int:
+    """The simulator's action that leaves a cell entered heading ``direction`` by ``exit_direction``."""
+    return {3: MOVE_LEFT, 1: MOVE_RIGHT}.get((exit_direction - direction) % 4, MOVE_FORWARD)
+
+
+def deadlocked_trains(env) -> set[int]:
+    """Trains that can never move again: the largest set of trains on the map in which every cell that
+    each train may enter next is occupied by a train of the set (two trains head-on on one track;
+    a train behind them; a ring of trains each waiting for the next). With speed 1 and no
+    malfunctions, a train of this set waits forever, and a train outside it is not stuck for good."""
+    occupant = {}
+    for agent in env.agents:
+        if agent.current_configuration is not None:
+            occupant[agent.current_configuration[0]] = agent.handle
+    wants = {}
+    for agent in env.agents:
+        if agent.current_configuration is not None:
+            position, direction = agent.current_configuration
+            wants[agent.handle] = [next_cell(position, e) for e in exits(env, position, direction)]
+    stuck = {handle for handle, cells in wants.items() if cells}
+    changed = True
+    while changed:
+        changed = False
+        for handle in list(stuck):
+            if any(occupant.get(cell) not in stuck for cell in wants[handle]):
+                stuck.discard(handle)
+                changed = True
+    return stuck
+
+
+class RailDecisionEnv:
+    """Flatland with decisions at switches, per-train episodes, shaped rewards and release scheduling.
+
+    ``reset(seed)`` draws a map; ``deciding()`` -> bool [T], the trains that must act now;
+    ``step(actions)`` (actions [T] in ``ACTIONS``, read for the deciding trains only) runs the
+    simulator until a train must decide again and returns (rewards [T] float, finished [T] bool,
+    info) with the rewards summed since the previous call.
+    """
+
+    def __init__(
+        self,
+        width: int = 25,
+        height: int = 25,
+        trains: int = 5,
+        max_active: int | None = None,
+        cities: int | None = None,
+    ):
+        if max_active is not None and max_active < 1:
+            raise ValueError(f"max_active must be at least 1, got {max_active}")
+        self.width, self.height, self.trains, self.cities = width, height, trains, cities
+        self.max_active = max_active or trains
+        rail_env(width, height, trains, 0, cities)  # fails early on impossible arguments
+        self.env = None
+
+    # -- episode -------------------------------------------------------------------------------
+    def reset(self, seed: int, release_order: list[int] | None = None) -> None:
+        """A new map from ``seed``; trains are released in ``release_order`` (default: the closest to
+        their targets first)."""
+        self.env = rail_env(self.width, self.height, self.trains, seed, self.cities)
+        self.distances = self.env.distance_map.get()  # [T, H, W, 4]
+        self.arrived = np.zeros(self.trains, dtype=bool)
+        self.deadlocked = np.zeros(self.trains, dtype=bool)
+        self.released = np.zeros(self.trains, dtype=bool)
+        self.queue = list(self.release_order() if release_order is None else release_order)
+        self.last_distance = np.array([self.distance(h) for h in range(self.trains)], dtype=np.float64)
+        self.decisions = self.simulator_steps = 0
+        self.pending = np.zeros(self.trains)  # rewards earned before the first decision
+        self.release()
+        self.advance(self.pending)
+
+    @property
+    def finished(self) -> np.ndarray:
+        return self.arrived | self.deadlocked
+
+    @property
+    def done(self) -> bool:
+        return bool(self.finished.all()) or self.env.dones["__all__"]
+
+    def release_order(self) -> list[int]:
+        """The training heuristic: trains by increasing shortest-path distance from start to target."""
+        return sorted(range(self.trains), key=lambda h: (self.distance(h), h))
+
+    def release(self) -> None:
+        """Releases queued trains while fewer than ``max_active`` are released and unfinished."""
+        while self.queue and (self.released & ~self.finished).sum() < self.max_active:
+            self.released[self.queue.pop(0)] = True
+
+    def distance(self, handle: int) -> float:
+        """Shortest-path distance (cells) from the train's cell (its start if off the map) to its target."""
+        agent = self.env.agents[handle]
+        position, direction = agent.current_configuration or agent.initial_configuration
+        value = self.distances[handle, position[0], position[1], direction]
+        return float(value) if np.isfinite(value) else float(self.width * self.height)
+
+    # -- decisions -----------------------------------------------------------------------------
+    def deciding(self) -> np.ndarray:
+        """bool [T]: released, unfinished trains on the map standing on a switch with a choice or on
+        the cell before a switch."""
+        need = np.zeros(self.trains, dtype=bool)
+        for agent in self.env.agents:
+            h = agent.handle
+            if self.finished[h] or not self.released[h] or agent.current_configuration is None:
+                continue
+            position, direction = agent.current_configuration
+            options = exits(self.env, position, direction)
+            need[h] = len(options) > 1 or (len(options) == 1 and is_switch(self.env, next_cell(position, options[0])))
+        return need
+
+    def step(self, actions) -> tuple[np.ndarray, np.ndarray, dict]:
+        """Applies ``actions`` [T] of the deciding trains, then runs forced moves until a train must
+        decide or the episode ends. Returns rewards [T] since the last call, finished [T] and info
+        (``simulator_steps`` taken)."""
+        deciding = self.deciding()
+        self.decisions += int(deciding.sum())
+        rewards, self.pending = self.pending, np.zeros(self.trains)
+        steps = self.simulator_steps
+        self.simulate(self.simulator_actions(deciding, np.asarray(actions)), rewards)
+        self.advance(rewards)
+        # distance progress is paid at each decision: since this train's previous decision
+        for h in np.flatnonzero(deciding | self.finished):
+            now = 0.0 if self.arrived[h] else self.distance(h)
+            rewards[h] += DISTANCE_REWARD * (self.last_distance[h] - now)
+            self.last_distance[h] = now
+        return rewards, self.finished.copy(), {"simulator_steps": self.simulator_steps - steps}
+
+    def advance(self, rewards: np.ndarray) -> None:
+        """Forced moves (and waits for trains not yet on the map) until a train must decide."""
+        while not self.done and not self.deciding().any():
+            self.simulate(self.simulator_actions(np.zeros(self.trains, dtype=bool), None), rewards)
+
+    def simulator_actions(self, deciding: np.ndarray, actions) -> dict:
+        """The simulator's action per train: the decision's translation for deciding trains, MOVE_FORWARD
+        for released trains elsewhere (entering the map when their start cell is free), DO_NOTHING for
+        trains not released or finished."""
+        out = {}
+        for agent in self.env.agents:
+            h = agent.handle
+            if self.finished[h] or not self.released[h]:
+                out[h] = DO_NOTHING
+            elif deciding[h]:
+                position, direction = agent.current_configuration
+                ways = branches(self.env, position, direction)
+                action = int(actions[h])
+                if action == STOP:
+                    out[h] = STOP_MOVING
+                else:
+                    out[h] = simulator_action(direction, ways[0] if action == LEFT else ways[-1])
+            else:
+                out[h] = MOVE_FORWARD
+        return out
+
+    def simulate(self, actions: dict, rewards: np.ndarray) -> None:
+        """One simulator step; arrival and deadlock rewards go to ``rewards`` [T]."""
+        from flatland.envs.step_utils.states import TrainState
+
+        self.env.step(actions)
+        self.simulator_steps += 1
+        for agent in self.env.agents:
+            h = agent.handle
+            if not self.arrived[h] and agent.state == TrainState.DONE:
+                self.arrived[h] = True
+                rewards[h] += ARRIVAL_REWARD
+        for h in deadlocked_trains(self.env):
+            if not self.deadlocked[h]:
+                self.deadlocked[h] = True
+                rewards[h] += DEADLOCK_PENALTY
+        self.release()

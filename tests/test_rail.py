@@ -1,0 +1,201 @@
+"""The Flatland wrapper (envs/rail.py) against the simulator: forced moves, deadlocks, rewards."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flatland", reason="flatland-rl is an optional extra: pip install -r requirements-flatland.txt")
+from flatland.envs.step_utils.states import TrainState  # noqa: E402
+
+from envs.rail import (  # noqa: E402
+    ARRIVAL_REWARD,
+    DEADLOCK_PENALTY,
+    DISTANCE_REWARD,
+    MOVE_FORWARD,
+    RailDecisionEnv,
+    deadlocked_trains,
+    rail_env,
+)
+
+STEPS = ((-1, 0), (0, 1), (1, 0), (0, -1))  # north, east, south, west: written here, not imported
+
+
+def ways(env, position, heading):
+    return [d for d, ok in enumerate(env.rail.get_transitions((position, heading))) if ok]
+
+
+def straight_chain(env, length=3):
+    """Cells c0 .. c_{length-1} of one track, each with a single way on heading d and a single way back."""
+    for r in range(env.height):
+        for c in range(env.width):
+            for d in range(4):
+                cells, ok = [(r, c)], True
+                for _ in range(length - 1):
+                    here = cells[-1]
+                    if ways(env, here, d) != [d]:
+                        ok = False
+                        break
+                    cells.append((here[0] + STEPS[d][0], here[1] + STEPS[d][1]))
+                back = (d + 2) % 4
+                if ok and all(ways(env, cell, back) == [back] for cell in cells[1:]) and ways(env, cells[-1], d) == [d]:
+                    return cells, d
+    raise AssertionError("no straight track of 3 cells on the map")
+
+
+def place(env, trains):
+    """Puts train h at (cell, heading) for each given entry, moving, and every other train off the map."""
+    for agent in env.agents:
+        agent.current_configuration = None
+    for handle, (cell, heading) in trains.items():
+        env.agents[handle].current_configuration = (cell, heading)
+        env.agents[handle].state_machine.set_state(TrainState.MOVING)
+
+
+def forward_all(env, steps=3):
+    """Steps the raw simulator with MOVE_FORWARD for the placed trains; returns their cells per step."""
+    placed = [a.handle for a in env.agents if a.current_configuration is not None]
+    cells = []
+    for _ in range(steps):
+        env.step({h: MOVE_FORWARD if h in placed else 0 for h in range(len(env.agents))})
+        cells.append({h: env.agents[h].current_configuration for h in placed})
+    return cells
+
+
+@pytest.fixture
+def track():
+    env = rail_env(25, 25, 5, seed=0)
+    cells, heading = straight_chain(env)
+    return env, cells, heading
+
+
+def test_head_on_trains_are_deadlocked_and_the_simulator_never_moves_them(track):
+    env, (c0, c1, _), d = track
+    back = (d + 2) % 4
+    place(env, {0: (c0, d), 1: (c1, back)})
+    assert deadlocked_trains(env) == {0, 1}
+    start = {h: env.agents[h].current_configuration for h in (0, 1)}
+    assert all(step == start for step in forward_all(env))
+
+
+def test_a_train_behind_a_deadlock_is_deadlocked_too(track):
+    env, (c0, c1, c2), d = track
+    place(env, {0: (c0, d), 1: (c1, d), 2: (c2, (d + 2) % 4)})
+    assert deadlocked_trains(env) == {0, 1, 2}
+
+
+def test_following_trains_are_not_deadlocked_and_move(track):
+    env, (c0, c1, _), d = track
+    place(env, {0: (c0, d), 1: (c1, d)})
+    assert deadlocked_trains(env) == set()
+    assert forward_all(env, 1)[0][1][0] != c1  # the front train moved on
+
+
+def test_a_single_train_is_never_deadlocked(track):
+    env, (c0, _, _), d = track
+    place(env, {3: (c0, d)})
+    assert deadlocked_trains(env) == set()
+
+
+def recorded_episode(seed, max_active=None):
+    """A random-decision episode; returns the wrapper, the simulator actions of every simulator step
+    with the trains' configurations before it, and each train's summed rewards."""
+    from flatland.envs.rail_env import RailEnv
+
+    log, simulator_step = [], RailEnv.step
+
+    def record(self, actions):
+        log.append((dict(actions), {a.handle: a.current_configuration for a in self.agents}))
+        return simulator_step(self, actions)
+
+    env = RailDecisionEnv(25, 25, 5, max_active=max_active)
+    rng = np.random.default_rng(seed)
+    totals = np.zeros(5)
+    RailEnv.step = record
+    try:
+        env.reset(seed)
+        while not env.done:
+            rewards, _, _ = env.step(rng.integers(0, 3, size=5))
+            totals += rewards
+    finally:
+        RailEnv.step = simulator_step
+    return env, log, totals + env.pending
+
+
+def one_way_on(env, configuration):
+    """The test's own rule for a forced move: one way on, and the next cell is no switch."""
+    position, heading = configuration
+    on = ways(env, position, heading)
+    if len(on) != 1:
+        return False
+    following = (position[0] + STEPS[on[0]][0], position[1] + STEPS[on[0]][1])
+    return all(len(ways(env, following, d)) <= 1 for d in range(4))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_forced_moves_equal_the_simulator_stepping_forward(seed):
+    """A twin simulator of the same seed, stepped with the wrapper's actions, is in the same state
+    before every step and at the end; every train on the map with one way on and no switch ahead
+    was moved with MOVE_FORWARD (never asked)."""
+    env, log, _ = recorded_episode(seed)
+    twin = rail_env(25, 25, 5, seed)
+    assert np.array_equal(twin.rail.grid, env.env.rail.grid)
+    forced = 0
+    for actions, before in log:
+        assert {a.handle: a.current_configuration for a in twin.agents} == before
+        for handle, configuration in before.items():
+            if configuration is not None and not env.finished[handle] and one_way_on(twin, configuration):
+                assert actions[handle] == MOVE_FORWARD
+                forced += 1
+        twin.step(actions)
+    assert {a.handle: a.current_configuration for a in twin.agents} == {
+        a.handle: a.current_configuration for a in env.env.agents
+    }
+    assert forced > 0 and len(log) > env.decisions / 5
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_rewards_sum_to_the_distance_covered_plus_arrival_and_deadlock_terms(seed):
+    """Per train, the summed rewards telescope: 0.01 x (start distance - distance at the end) + 10 if it
+    arrived - 5 if it deadlocked, distances read here from the simulator's distance map."""
+    for max_active in (None, 2):
+        env, _, totals = recorded_episode(seed, max_active)
+        distances = env.env.distance_map.get()
+        for agent in env.env.agents:
+            h = agent.handle
+            (r, c), d = agent.initial_configuration
+            start = distances[h, r, c, d]
+            if env.arrived[h]:
+                assert totals[h] == pytest.approx(DISTANCE_REWARD * start + ARRIVAL_REWARD)
+            elif env.deadlocked[h]:
+                (r, c), d = agent.current_configuration
+                assert totals[h] == pytest.approx(DISTANCE_REWARD * (start - distances[h, r, c, d]) + DEADLOCK_PENALTY)
+        assert env.arrived.sum() + env.deadlocked.sum() > 0 or env.env.dones["__all__"]
+
+
+def test_release_keeps_at_most_max_active_trains_running():
+    env = RailDecisionEnv(25, 25, 5, max_active=2)
+    env.reset(0)
+    while not env.done:
+        on_map = sum(a.current_configuration is not None for a in env.env.agents)
+        assert (env.released & ~env.finished).sum() <= 2 and on_map <= 2 + env.deadlocked.sum()
+        env.step(np.full(5, 1))
+    order = env.release_order()
+    distances = [
+        env.distances[h][env.env.agents[h].initial_configuration[0]][env.env.agents[h].initial_configuration[1]]
+        for h in order
+    ]
+    assert distances == sorted(distances)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"width": 25, "height": 25, "trains": 12, "cities": 2}, "do not fit"),
+        ({"width": 10, "height": 25, "trains": 2}, "at least 20x20"),
+        ({"width": 25, "height": 25, "trains": 0}, "at least 1"),
+        ({"width": 25, "height": 25, "trains": 5, "max_active": 0}, "max_active"),
+    ],
+)
+def test_impossible_maps_fail_with_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=message) as error:
+        RailDecisionEnv(**kwargs)
+    assert "\n" not in str(error.value)
