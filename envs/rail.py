@@ -143,12 +143,14 @@ class RailDecisionEnv:
         self.width, self.height, self.trains, self.cities = width, height, trains, cities
         self.max_active = max_active or trains
         rail_env(width, height, trains, 0, cities)  # fails early on impossible arguments
-        self.env = None
+        self.env, self.release_rule = None, None
 
     # -- episode -------------------------------------------------------------------------------
-    def reset(self, seed: int, release_order: list[int] | None = None) -> None:
+    def reset(self, seed: int, release_order: list[int] | None = None, release_rule=None) -> None:
         """A new map from ``seed``; trains are released in ``release_order`` (default: the closest to
-        their targets first)."""
+        their targets first), at most ``max_active`` running; or, with ``release_rule`` (a callable
+        (this env) -> the trains to release now, asked after every simulator step), as it says."""
+        self.release_rule = release_rule
         self.env = rail_env(self.width, self.height, self.trains, seed, self.cities)
         self.distances = self.env.distance_map.get()  # [T, H, W, 4]
         self.arrived = np.zeros(self.trains, dtype=bool)
@@ -158,6 +160,7 @@ class RailDecisionEnv:
         self.last_distance = np.array([self.distance(h) for h in range(self.trains)], dtype=np.float64)
         self.decisions = self.simulator_steps = 0
         self.pending = np.zeros(self.trains)  # rewards earned before the first decision
+        self.flatland_return = np.zeros(self.trains)  # the simulator's own rewards, for its score
         self.release()
         self.advance(self.pending)
 
@@ -169,12 +172,29 @@ class RailDecisionEnv:
     def done(self) -> bool:
         return bool(self.finished.all()) or self.env.dones["__all__"]
 
+    def score(self) -> float:
+        """Flatland's normalized score of the episode (1 + the simulator's summed rewards, each train's
+        capped at minus the step limit, over step limit x trains), after running the simulator to its
+        end; call it once ``done``."""
+        while not self.env.dones["__all__"]:
+            self.simulate(self.simulator_actions(np.zeros(self.trains, dtype=bool), None), self.pending)
+        return float(
+            self.env.rewards.normalize(
+                *self.flatland_return, num_agents=self.trains, max_episode_steps=self.env._max_episode_steps
+            )
+        )
+
     def release_order(self) -> list[int]:
         """The training heuristic: trains by increasing shortest-path distance from start to target."""
         return sorted(range(self.trains), key=lambda h: (self.distance(h), h))
 
     def release(self) -> None:
-        """Releases queued trains while fewer than ``max_active`` are released and unfinished."""
+        """Releases queued trains while fewer than ``max_active`` are released and unfinished (or the
+        trains that the release rule names)."""
+        if self.release_rule is not None:
+            for handle in self.release_rule(self):
+                self.released[handle] = True
+            return
         while self.queue and (self.released & ~self.finished).sum() < self.max_active:
             self.released[self.queue.pop(0)] = True
 
@@ -246,7 +266,8 @@ class RailDecisionEnv:
         """One simulator step; arrival and deadlock rewards go to ``rewards`` [T]."""
         from flatland.envs.step_utils.states import TrainState
 
-        self.env.step(actions)
+        _, flatland_rewards, _, _ = self.env.step(actions)
+        self.flatland_return += np.array([flatland_rewards[h] for h in range(self.trains)], dtype=np.float64)
         self.simulator_steps += 1
         for agent in self.env.agents:
             h = agent.handle

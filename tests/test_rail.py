@@ -199,3 +199,62 @@ def test_impossible_maps_fail_with_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message) as error:
         RailDecisionEnv(**kwargs)
     assert "\n" not in str(error.value)
+
+
+def observed(env, trains, ids=None, depth=2):
+    """observe() of a RailDecisionEnv-like holder around a raw simulator with trains placed by hand."""
+    from envs.rail_tree import observe
+
+    holder = RailDecisionEnv.__new__(RailDecisionEnv)
+    holder.env, holder.trains, holder.width, holder.height = env, len(env.agents), env.width, env.height
+    holder.distances = env.distance_map.get()
+    holder.released = np.ones(holder.trains, dtype=bool)
+    holder.arrived = np.zeros(holder.trains, dtype=bool)
+    holder.deadlocked = np.zeros(holder.trains, dtype=bool)
+    place(env, trains)
+    ids = np.linspace(0.1, 0.9, holder.trains) if ids is None else ids
+    return observe(holder, depth, ids, radius=5), holder
+
+
+def walk_length(env, cell, heading):
+    """Cells from ``cell`` (exclusive) along the only way on until a cell with a choice for the heading."""
+    length = 0
+    while True:
+        (on,) = ways(env, cell, heading)
+        cell, heading = (cell[0] + STEPS[on][0], cell[1] + STEPS[on][1]), on
+        length += 1
+        if len(ways(env, cell, heading)) != 1:
+            return length
+
+
+def test_observation_shapes_and_segment_features(track):
+    from envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES
+
+    env, (c0, c1, c2), d = track
+    obs, _ = observed(env, {0: (c0, d), 1: (c2, d)})
+    assert obs["edges"].shape == (5, 6, len(EDGE_FEATURES)) and obs["globals"].shape == (5, len(GLOBAL_FEATURES))
+    f = dict(zip(EDGE_FEATURES, obs["edges"][0, 0], strict=True))
+    scale = env.width + env.height
+    assert f["exists"] == 1 and f["length"] == pytest.approx(walk_length(env, c0, d) / scale)
+    assert f["same_direction_trains"] == pytest.approx(1 / 5) and f["opposite_direction_trains"] == 0
+    assert f["to_train_ahead"] == pytest.approx(2 / scale)  # train 1 is two cells ahead
+    assert obs["edges"][0, 1].sum() == 0  # one way on: no right branch
+    g = dict(zip(GLOBAL_FEATURES, obs["globals"][0], strict=True))
+    assert g["random_id"] == pytest.approx(0.1) and g["on_switch"] == 0 and g["deadlocked"] == 0
+    (r, c), heading = c0, d
+    assert g["to_target"] == pytest.approx(min(env.distance_map.get()[0, r, c, heading] / scale, 2.0))
+    assert obs["neighbors"][0, 1] and obs["neighbors"][1, 0]
+
+
+def test_oncoming_train_and_who_yields(track):
+    from envs.rail_tree import EDGE_FEATURES
+
+    env, (c0, _, c2), d = track
+    column = EDGE_FEATURES.index
+    for ids, expected in (([0.2, 0.8, 0, 0, 0], 1.0), ([0.8, 0.2, 0, 0, 0], 0.0)):
+        obs, _ = observed(env, {0: (c0, d), 1: (c2, (d + 2) % 4)}, ids=np.array(ids))
+        row = obs["edges"][0, 0]
+        assert row[column("opposite_direction_trains")] == pytest.approx(1 / 5)
+        assert row[column("same_direction_trains")] == 0
+        assert row[column("to_oncoming_train")] == pytest.approx(2 / (env.width + env.height))
+        assert row[column("oncoming_with_higher_id")] == expected

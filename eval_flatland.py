@@ -1,0 +1,181 @@
+"""Evaluates a ppo_flatland.py checkpoint on fixed, seeded Flatland map sets against baselines.
+
+    python eval_flatland.py --checkpoint checkpoints/flatland/flatland25.pt
+    python eval_flatland.py --checkpoint runs/<run>/ckpt --sizes 25x25x5 50x50x30 --episodes 20 --output eval.json
+    python eval_flatland.py --checkpoint checkpoints/flatland/flatland25.pt --render episode.png
+
+Per size (WIDTHxHEIGHTxTRAINS) it plays --episodes maps (seeds --seed, --seed + 1, ...: the same maps
+for every rule) with the greedy policy (with the release heuristic of training, --max-active trains
+at once, closest to their targets first) and with the baselines: every train on its shortest path
+started at once; the same with the release heuristic; random decisions. A checkpoint with a learned
+release classifier also plays the policy with it (``policy_learned_release``: a train starts when
+its predicted chance of arriving passes --threshold). It prints the fraction of
+trains that arrived, the deadlock fraction, Flatland's normalized score and seconds per simulator
+step, and the policy's arrival-rate lead over the best baseline. ``--output`` writes them as JSON:
+per size ``width``, ``height``, ``trains``, ``episodes`` and, per rule, ``arrival_rate``,
+``deadlock_rate``, ``score``, ``seconds_per_step``.
+"""
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import tyro
+
+from envs.rail import RailDecisionEnv
+from models import keep_freed_memory, latest_checkpoint
+from models.checkpoints import CheckpointError
+from models.rail import load_rail_policy, load_release_classifier
+from search.rail import learned_release, play, policy_rule, random_rule, shortest_path_rule
+
+METRICS = ("arrival_rate", "deadlock_rate", "score", "seconds_per_step")
+
+
+@dataclass
+class Args:
+    """Evaluates a Flatland policy checkpoint against baselines on seeded map sets."""
+
+    checkpoint: str = "checkpoints/flatland/flatland25.pt"
+    """a ppo_flatland.py checkpoint, exported weights, or a run's ckpt folder (its latest checkpoint)"""
+    sizes: tuple[str, ...] = ("25x25x5", "35x35x10", "50x50x30")
+    """map sizes WIDTHxHEIGHTxTRAINS"""
+    episodes: int = 10
+    """maps per size"""
+    seed: int = 2_000_000
+    """the first map's seed (maps seed, seed + 1, ...)"""
+    max_active: int | None = None
+    """trains running at once for the policy and the release baseline (default: the checkpoint's training value)"""
+    threshold: float = 0.5
+    """the learned release classifier starts a train when its predicted chance of arriving reaches this"""
+    output: str | None = None
+    """write the results as JSON to this file"""
+    render: str | None = None
+    """write a picture of the policy's first episode of the first size (its final state) to this .png file"""
+    threads: int = 1
+    """torch CPU threads"""
+
+
+def parse_size(text: str) -> tuple[int, int, int]:
+    try:
+        width, height, trains = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        sys.exit(f"error: --sizes {text!r}: give WIDTHxHEIGHTxTRAINS, e.g. 25x25x5")
+    return width, height, trains
+
+
+def check_args(args: Args) -> list[tuple[int, int, int]]:
+    """Fails early, in one line: bad sizes, episodes, output or render paths."""
+    if args.episodes < 1:
+        sys.exit(f"error: --episodes must be at least 1, got {args.episodes}")
+    sizes = [parse_size(size) for size in args.sizes]
+    for width, height, trains in sizes:
+        try:
+            RailDecisionEnv(width, height, trains)
+        except ValueError as exc:
+            sys.exit(f"error: --sizes {width}x{height}x{trains}: {exc}")
+    for name, path, suffix in (("--output", args.output, None), ("--render", args.render, ".png")):
+        if path is None:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            sys.exit(f"error: {name} {path}: the folder {folder} does not exist or is not writable")
+        if suffix and not path.endswith(suffix):
+            sys.exit(f"error: {name} {path}: give a {suffix} file")
+    return sizes
+
+
+def render_episode(path: str, env: RailDecisionEnv) -> None:
+    """The map and the trains of ``env`` (after its episode): rails grey, trains on the map as arrows
+    (red if deadlocked), their targets as crosses."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = env.env.rail.grid
+    fig, ax = plt.subplots(figsize=(6, 6))
+    ax.imshow(grid > 0, cmap="Greys", vmin=0, vmax=2.5, origin="upper")
+    colors = plt.cm.tab20(np.linspace(0, 1, max(env.trains, 2)))
+    arrows = {0: (0, -0.4), 1: (0.4, 0), 2: (0, 0.4), 3: (-0.4, 0)}
+    for agent in env.env.agents:
+        color = colors[agent.handle % len(colors)]
+        for (row, col), _ in agent.targets:
+            ax.plot(col, row, "x", color=color, markersize=8)
+        if agent.current_configuration is not None:
+            (row, col), heading = agent.current_configuration
+            dx, dy = arrows[heading]
+            edge = "red" if env.deadlocked[agent.handle] else "black"
+            ax.arrow(col - dx / 2, row - dy / 2, dx, dy, width=0.25, color=color, ec=edge)
+    ax.set_title(
+        f"{env.width}x{env.height}, {env.trains} trains: {env.arrived.sum()} arrived, {env.deadlocked.sum()} deadlocked"
+    )
+    ax.set_xticks([])
+    ax.set_yticks([])
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def main(args: Args) -> None:
+    sizes = check_args(args)
+    torch.set_num_threads(args.threads)
+    keep_freed_memory()
+    try:
+        checkpoint = latest_checkpoint(args.checkpoint)
+        policy, ckpt = load_rail_policy(checkpoint)
+    except CheckpointError as exc:
+        sys.exit(f"error: --checkpoint: {exc}")
+    classifier = load_release_classifier(ckpt)
+    train_args = ckpt["args"]
+    depth, radius = train_args["tree_depth"], train_args["comm_radius"]
+    max_active = args.max_active or train_args["max_active"]
+    print(
+        f"policy {checkpoint} (trained on {train_args['width']}x{train_args['height']} with {train_args['trains']} "
+        f"trains), {args.episodes} maps per size from seed {args.seed}, release {max_active} at a time"
+    )
+    results = []
+    for width, height, trains in sizes:
+        rules = {
+            "policy": (policy_rule(policy), max_active, None),
+            "shortest_path": (shortest_path_rule, None, None),
+            "shortest_path_release": (shortest_path_rule, max_active, None),
+            "random": (random_rule(np.random.default_rng(args.seed)), None, None),
+        }
+        if classifier is not None:
+            rules["policy_learned_release"] = (
+                policy_rule(policy),
+                None,
+                learned_release(classifier, depth, args.threshold),
+            )
+        row = {"width": width, "height": height, "trains": trains, "episodes": args.episodes}
+        for name, (rule, active, release) in rules.items():
+            env = RailDecisionEnv(width, height, trains, max_active=min(active, trains) if active else None)
+            played = [play(env, args.seed + k, rule, depth, radius, release_rule=release) for k in range(args.episodes)]
+            row[name] = {metric: float(np.mean([p[metric] for p in played])) for metric in METRICS}
+            if name == "policy" and args.render and not results:
+                play(env, args.seed, rule, depth, radius)
+                render_episode(args.render, env)
+        best = max(("shortest_path", "shortest_path_release", "random"), key=lambda n: row[n]["arrival_rate"])
+        mine = max((n for n in rules if n.startswith("policy")), key=lambda n: row[n]["arrival_rate"])
+        row["lead_over_best_baseline"] = row[mine]["arrival_rate"] - row[best]["arrival_rate"]
+        results.append(row)
+        print(f"{width}x{height}, {trains} trains:")
+        for name in rules:
+            r = row[name]
+            print(
+                f"  {name:<22} arrived {r['arrival_rate']:.3f}  deadlocked {r['deadlock_rate']:.3f}  "
+                f"score {r['score']:.3f}  {1000 * r['seconds_per_step']:.1f} ms/step"
+            )
+        print(f"  {mine} vs the best baseline ({best}): {row['lead_over_best_baseline']:+.3f} arrival rate", flush=True)
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(results, f, indent=2)
+        print(f"wrote {args.output}")
+    if args.render:
+        print(f"wrote {args.render}")
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

@@ -1,0 +1,528 @@
+"""PPO for railway scheduling on the Flatland simulator, in the style of CleanRL's ppo.py.
+
+    python ppo_flatland.py                                   # 25x25 maps with 5 trains, CPU, tens of minutes
+    python ppo_flatland.py --width 35 --height 35 --trains 10
+    python ppo_flatland.py --resume runs/<run>/ckpt/50.pt    # continue a stopped run
+
+The design of the NeurIPS 2020 Flatland RL-track winners (see envs/rail.py and envs/rail_tree.py):
+trains decide only on or before switches, each train's episode ends at its target or in a
+deadlock, the observation is a tree over the switches ahead plus global features with a random id
+per train, and the reward is 0.01 x distance progress - 5 on deadlock + 10 on arrival. One actor-
+critic serves all trains (models/rail.py); its actor hears the messages of nearby trains through
+attention. During training at most --max-active trains run at once, the closest to their targets
+first.
+
+An iteration plays one whole episode on each of --num-envs maps (a fresh map per episode), all
+environments batched through the policy at each decision step. A transition is one decision of one
+train; its reward is what the train earned until its next decision, and GAE runs over each train's
+own decisions. The update splits the stored decision steps (all trains of one environment at one
+step, so the messages are recomputed with gradients) into minibatches.
+"""
+
+import json
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+
+from envs.rail import RailDecisionEnv
+from envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
+from models import keep_freed_memory, read_checkpoint, save_checkpoint
+from models.rail import RailPolicy, ReleaseClassifier
+from search.rail import play, policy_rule, waiting_features
+
+VAL_SEED = 1_000_000  # validation maps: seeds VAL_SEED, VAL_SEED + 1, ...
+
+
+@dataclass
+class Args:
+    """PPO for Flatland railway scheduling, in the style of CleanRL. Writes tensorboard curves and
+    checkpoints to runs/flatland-{width}x{height}-{trains}__{exp_name}__{seed}__{time}/."""
+
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment (torch, numpy and the maps)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    threads: int = 1
+    """torch CPU threads (0 = torch's default); the simulator is single-threaded Python"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "ppo-or"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+
+    # Environment
+    width: int = 25
+    """map width in cells (at least 20)"""
+    height: int = 25
+    """map height in cells (at least 20)"""
+    trains: int = 5
+    """trains per map"""
+    cities: int | None = None
+    """cities per map (default: one per 4 trains, at least 2)"""
+    max_active: int = 3
+    """the most trains running at once during training (released closest to their targets first)"""
+    tree_depth: int = 2
+    """levels of switches in the observation tree (edges: 2 + 4 + ... + 2^depth)"""
+    comm_radius: int = 10
+    """trains within this many cells (Manhattan) hear each other's messages"""
+
+    # Algorithm
+    total_timesteps: int = 300_000
+    """total train decisions of the experiment"""
+    total_seconds: float | None = None
+    """stop after this many seconds of training (wall clock), whatever the decisions"""
+    num_envs: int = 8
+    """maps played in parallel (one episode each per iteration)"""
+    learning_rate: float = 3e-4
+    """the learning rate of the optimizer"""
+    anneal_lr: bool = True
+    """toggle learning rate annealing"""
+    gamma: float = 0.99
+    """the discount factor gamma (per decision)"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 4
+    """the number of minibatches (of stored decision steps)"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """toggles advantages normalization"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """toggles whether or not to use a clipped loss for the value function"""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: float | None = None
+    """the target KL divergence threshold"""
+    hidden: int = 128
+    """hidden size of the policy"""
+
+    # Evaluation and checkpoints
+    eval_interval: int = 10
+    """evaluate the greedy policy every this many iterations on --eval-episodes fixed maps (0 = never)"""
+    eval_episodes: int = 10
+    """validation maps (seeds 1,000,000 + k) of the training size"""
+    release_episodes: int = 100
+    """episodes of release data after training, for the learned release classifier (0 = none)"""
+    checkpoint_interval: int = 10
+    """write a checkpoint every this many iterations (0 = only at the end)"""
+    resume: str | None = None
+    """a checkpoint of this script to continue from (its arguments are kept)"""
+
+
+def check_args(args: Args) -> None:
+    """Fails early, in one line, on arguments that cannot work."""
+    problems = []
+    for name in ("trains", "num_envs", "num_minibatches", "update_epochs", "tree_depth", "max_active", "hidden"):
+        if getattr(args, name) < 1:
+            problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.comm_radius < 0 or args.eval_interval < 0 or args.checkpoint_interval < 0:
+        problems.append("--comm-radius, --eval-interval and --checkpoint-interval must be >= 0")
+    if args.learning_rate <= 0:
+        problems.append(f"--learning-rate must be positive, got {args.learning_rate}")
+    if problems:
+        sys.exit("error: " + "; ".join(problems))
+    try:
+        RailDecisionEnv(args.width, args.height, args.trains, args.max_active, args.cities)
+    except ValueError as exc:
+        sys.exit(f"error: {exc}")
+
+
+def batch(observations: list, keys=("edges", "globals", "neighbors")) -> list:
+    """Per-environment observation dicts -> tensors [B, T, ...] of ``keys``."""
+    return [torch.as_tensor(np.stack([o[key] for o in observations])) for key in keys]
+
+
+def train_advantages(rewards, values, deciding, finished_after, last_values, gamma, lam) -> np.ndarray:
+    """GAE over each train's own decisions. rewards, values [S, B, T] (rewards earned after each
+    decision until the train's next one), deciding [S, B, T] bool, finished_after [S, B, T] bool (the
+    train's episode ended before its next decision: no bootstrap), last_values [B, T] (the critic at
+    the end, for trains cut off by the step limit) -> advantages [S, B, T] (0 where no decision)."""
+    advantages = np.zeros_like(rewards)
+    steps, envs, trains = rewards.shape
+    for b in range(envs):
+        for t in range(trains):
+            idx = np.flatnonzero(deciding[:, b, t])
+            next_value, running = last_values[b, t], 0.0
+            for k in reversed(idx):
+                bootstrap = 0.0 if finished_after[k, b, t] else next_value
+                delta = rewards[k, b, t] + gamma * bootstrap - values[k, b, t]
+                running = delta + (0.0 if finished_after[k, b, t] else gamma * lam * running)
+                advantages[k, b, t] = running
+                next_value = values[k, b, t]
+    return advantages
+
+
+def exploring_release(rng: np.random.Generator, epsilon: float, depth: int, record: list):
+    """The training heuristic (closest to target first, at most max_active running) plus, each
+    simulator step, an early release of each other waiting train with probability ``epsilon``;
+    appends (handles, edges, globals) of every release to ``record``."""
+
+    def rule(wrapper) -> list[int]:
+        waiting = [h for h in wrapper.queue if not wrapper.released[h] and not wrapper.finished[h]]
+        free = wrapper.max_active - int((wrapper.released & ~wrapper.finished).sum())
+        chosen = waiting[: max(free, 0)] + [h for h in waiting[max(free, 0) :] if rng.random() < epsilon]
+        if chosen:
+            handles, edges, globs = waiting_features(wrapper, depth)
+            rows = [int(np.flatnonzero(handles == h)[0]) for h in chosen]
+            record.append((chosen, edges[rows], globs[rows]))
+        return chosen
+
+    return rule
+
+
+def train_release_classifier(
+    policy: RailPolicy, args: Args, rng: np.random.Generator
+) -> tuple[ReleaseClassifier, dict]:
+    """Release data from the trained greedy policy with the training heuristic and random early
+    releases (--release-episodes maps), each release labelled by whether that train arrived; a
+    classifier fitted to it (binary cross-entropy). Returns it and its training figures."""
+    env = RailDecisionEnv(args.width, args.height, args.trains, args.max_active, args.cities)
+    edges, globs, labels = [], [], []
+    for _ in range(args.release_episodes):
+        record = []
+        rule = exploring_release(rng, 0.05, args.tree_depth, record)
+        play(env, int(rng.integers(2**31)), policy_rule(policy), args.tree_depth, args.comm_radius, release_rule=rule)
+        for handles, e, g in record:
+            edges.append(e)
+            globs.append(g)
+            labels.extend(env.arrived[h] for h in handles)
+    x_edges, x_globs = torch.as_tensor(np.concatenate(edges)), torch.as_tensor(np.concatenate(globs))
+    y = torch.as_tensor(np.array(labels, dtype=np.float32))
+    classifier = ReleaseClassifier(edge_slots(args.tree_depth), len(EDGE_FEATURES), len(GLOBAL_FEATURES))
+    optimizer = torch.optim.Adam(classifier.parameters(), lr=1e-3)
+    for _ in range(300):
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(classifier(x_edges, x_globs), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        accuracy = float(((classifier(x_edges, x_globs) > 0).float() == y).float().mean())
+    return classifier.eval(), {
+        "samples": len(y),
+        "arrived_share": float(y.mean()),
+        "loss": loss.item(),
+        "accuracy": accuracy,
+    }
+
+
+def evaluate(policy: RailPolicy, args: Args) -> dict:
+    """The greedy policy on the validation maps: mean arrival and deadlock rate and score."""
+    env = RailDecisionEnv(args.width, args.height, args.trains, args.max_active, args.cities)
+    results = [
+        play(env, VAL_SEED + k, policy_rule(policy), args.tree_depth, args.comm_radius)
+        for k in range(args.eval_episodes)
+    ]
+    return {key: float(np.mean([r[key] for r in results])) for key in ("arrival_rate", "deadlock_rate", "score")}
+
+
+def main(args: Args) -> None:
+    ckpt = None
+    if args.resume:
+        from models.checkpoints import CheckpointError
+
+        try:
+            ckpt = read_checkpoint(args.resume)
+        except CheckpointError as exc:
+            sys.exit(f"error: --resume: {exc}")
+        if ckpt.get("problem") != "rail" or "optimizer" not in ckpt:
+            sys.exit(f"error: --resume: {args.resume} is not a ppo_flatland.py training checkpoint")
+        args = Args(**{**ckpt["args"], "resume": args.resume})
+    check_args(args)
+    run_name = (
+        ckpt["run_name"]
+        if ckpt
+        else f"flatland-{args.width}x{args.height}-{args.trains}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    )
+    run_dir = os.path.join("runs", run_name)
+
+    # seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    keep_freed_memory()
+    rng = np.random.default_rng(args.seed)
+
+    # env setup: one simulator per map, each playing one episode per iteration
+    envs = [
+        RailDecisionEnv(args.width, args.height, args.trains, args.max_active, args.cities)
+        for _ in range(args.num_envs)
+    ]
+    slots = edge_slots(args.tree_depth)
+    model_config = {
+        "edge_slots": slots,
+        "edge_features": len(EDGE_FEATURES),
+        "global_features": len(GLOBAL_FEATURES),
+        "hidden": args.hidden,
+    }
+    policy = RailPolicy(**model_config)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate, eps=1e-5)
+    global_step, iteration, elapsed, episodes = 0, 0, 0.0, 0
+    if ckpt:
+        policy.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        global_step, iteration, elapsed, episodes = (
+            ckpt["global_step"],
+            ckpt["iteration"],
+            ckpt["elapsed_seconds"],
+            ckpt["episodes"],
+        )
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        rng.bit_generator.state = ckpt["rng"]["numpy"]
+
+    if args.track:
+        import wandb
+
+        try:
+            wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                       config=vars(args), name=run_name, id=run_name, resume="allow", save_code=True,
+                       settings=wandb.Settings(init_timeout=30))  # fmt: skip
+        except Exception as exc:  # wandb raises its own kinds for login, network and server errors
+            sys.exit(f"error: --track: wandb could not start ({exc}); log offline with WANDB_MODE=offline")
+    writer = SummaryWriter(run_dir, purge_step=global_step if ckpt else None)
+    if not ckpt:
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n{}".format("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+        )
+        with open(os.path.join(run_dir, "args.json"), "w") as f:
+            json.dump(asdict(args), f, indent=2)
+
+    def write_checkpoint() -> str:
+        path = os.path.join(run_dir, "ckpt", f"{iteration}.pt")
+        save_checkpoint(
+            {
+                "problem": "rail",
+                "num_nodes": args.trains,
+                "model_config": model_config,
+                "model": policy.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "args": asdict(args),
+                "run_name": run_name,
+                "global_step": global_step,
+                "iteration": iteration,
+                "episodes": episodes,
+                "elapsed_seconds": elapsed,
+                "rng": {"torch": torch.get_rng_state(), "numpy": rng.bit_generator.state},
+                **release,
+            },
+            path,
+        )
+        return path
+
+    stop = {"requested": False}
+    release = {}  # the learned release classifier, once trained
+
+    def request_stop(signum, frame):
+        if stop["requested"] and signum == signal.SIGINT:
+            sys.exit("aborted: the training since the last checkpoint is lost (resume from that checkpoint)")
+        stop["requested"] = True
+        print("stopping after this iteration to write a checkpoint (Ctrl-C again to abort)", flush=True)
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, request_stop)
+    print(
+        f"ppo_flatland: {args.width}x{args.height} maps, {args.trains} trains (at most {args.max_active} running), "
+        f"{args.num_envs} maps per iteration, tree depth {args.tree_depth}\nrun {run_dir}: {args.total_timesteps:,} "
+        f"decisions" + (f", at most {args.total_seconds:g} s" if args.total_seconds else ""),
+        flush=True,
+    )
+    clock = time.time() - elapsed
+    while global_step < args.total_timesteps and not stop["requested"]:
+        if args.total_seconds is not None and elapsed >= args.total_seconds:
+            break
+        iteration += 1
+        if args.anneal_lr:
+            done = global_step / args.total_timesteps
+            if args.total_seconds is not None:
+                done = max(done, elapsed / args.total_seconds)
+            optimizer.param_groups[0]["lr"] = max(0.0, 1.0 - done) * args.learning_rate
+
+        # rollout: one episode per map, all maps through the policy together at each decision step
+        rollout_start = time.time()
+        ids = rng.random((args.num_envs, args.trains))  # each train's random id for this episode
+        for env in envs:
+            env.reset(int(rng.integers(2**31)))
+        obs = [observe(env, args.tree_depth, ids[b], args.comm_radius) for b, env in enumerate(envs)]
+        stored, rewards, deciding, finished_after = [], [], [], []
+        actions, logprobs, values = [], [], []
+        last_decision = np.full((args.num_envs, args.trains), -1)
+        decisions = 0
+        with torch.no_grad():
+            while not all(env.done for env in envs):
+                edges, globs, neighbors = batch(obs)
+                logits, value = policy(edges, globs, neighbors)
+                dist = torch.distributions.Categorical(logits=logits)
+                action = dist.sample()
+                step_deciding = np.stack([o["deciding"] for o in obs]) & ~np.array(
+                    [[env.done] * args.trains for env in envs]
+                )
+                stored.append({"edges": edges, "globals": globs, "neighbors": neighbors})
+                actions.append(action)
+                logprobs.append(dist.log_prob(action))
+                values.append(value)
+                deciding.append(step_deciding)
+                rewards.append(np.zeros((args.num_envs, args.trains)))
+                finished_after.append(np.zeros((args.num_envs, args.trains), dtype=bool))
+                step = len(stored) - 1
+                last_decision[step_deciding] = step
+                decisions += int(step_deciding.sum())
+                for b, env in enumerate(envs):
+                    if env.done:
+                        continue
+                    reward, finished, _ = env.step(action[b].numpy())
+                    for t in range(args.trains):
+                        k = last_decision[b, t]
+                        if k >= 0 and not finished_after[k][b, t]:
+                            rewards[k][b, t] += reward[t]
+                            finished_after[k][b, t] = finished[t]
+                    obs[b] = observe(env, args.tree_depth, ids[b], args.comm_radius)
+            last_values = policy(*batch(obs))[1].numpy()
+        rollout_time = time.time() - rollout_start
+        global_step += decisions
+        episodes += args.num_envs
+        scores = [env.score() for env in envs]
+
+        # advantages over each train's own decisions
+        deciding_arr = np.stack(deciding)
+        values_arr = torch.stack(values).numpy()
+        advantages = train_advantages(
+            np.stack(rewards),
+            values_arr,
+            deciding_arr,
+            np.stack(finished_after),
+            last_values,
+            args.gamma,
+            args.gae_lambda,
+        )
+        b_obs = {
+            key: torch.cat([s[key] for s in stored]) for key in ("edges", "globals", "neighbors")
+        }  # [S * B, T, ...]
+        b_mask = torch.as_tensor(deciding_arr.reshape(-1, args.trains))
+        b_actions = torch.stack(actions).reshape(-1, args.trains)
+        b_logprobs = torch.stack(logprobs).reshape(-1, args.trains)
+        b_values = torch.as_tensor(values_arr.reshape(-1, args.trains))
+        b_advantages = torch.as_tensor(advantages.reshape(-1, args.trains), dtype=torch.float32)
+        b_returns = b_advantages + b_values
+
+        # optimizing the policy and value network over minibatches of decision steps
+        update_start = time.time()
+        rows = len(b_mask)
+        minibatch = max(1, rows // args.num_minibatches)
+        clipfracs, stats = [], {}
+        for _epoch in range(args.update_epochs):
+            order = torch.randperm(rows)
+            for start in range(0, rows, minibatch):
+                idx = order[start : start + minibatch]
+                mask = b_mask[idx].float()
+                count = mask.sum().clamp(min=1)
+                logits, newvalue = policy(b_obs["edges"][idx], b_obs["globals"][idx], b_obs["neighbors"][idx])
+                dist = torch.distributions.Categorical(logits=logits)
+                newlogprob, entropy = dist.log_prob(b_actions[idx]), dist.entropy()
+                logratio = newlogprob - b_logprobs[idx]
+                ratio = logratio.exp()
+                with torch.no_grad():
+                    approx_kl = (((ratio - 1) - logratio) * mask).sum() / count
+                    clipfracs.append(((((ratio - 1.0).abs() > args.clip_coef).float() * mask).sum() / count).item())
+                mb_advantages = b_advantages[idx]
+                if args.norm_adv:
+                    mean = (mb_advantages * mask).sum() / count
+                    std = ((((mb_advantages - mean) ** 2) * mask).sum() / count).sqrt()
+                    mb_advantages = (mb_advantages - mean) / (std + 1e-8)
+                pg_loss = (
+                    torch.max(
+                        -mb_advantages * ratio,
+                        -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef),
+                    )
+                    * mask
+                ).sum() / count
+                if args.clip_vloss:
+                    v_clipped = b_values[idx] + torch.clamp(newvalue - b_values[idx], -args.clip_coef, args.clip_coef)
+                    v_loss = torch.max((newvalue - b_returns[idx]) ** 2, (v_clipped - b_returns[idx]) ** 2)
+                else:
+                    v_loss = (newvalue - b_returns[idx]) ** 2
+                v_loss = 0.5 * (v_loss * mask).sum() / count
+                entropy_loss = (entropy * mask).sum() / count
+                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
+                optimizer.step()
+                stats = {
+                    "policy_loss": pg_loss.item(),
+                    "value_loss": v_loss.item(),
+                    "entropy": entropy_loss.item(),
+                    "approx_kl": approx_kl.item(),
+                }
+            if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
+                break
+        update_time = time.time() - update_start
+        elapsed = time.time() - clock
+
+        arrival = float(np.mean([env.arrived.mean() for env in envs]))
+        deadlock = float(np.mean([env.deadlocked.mean() for env in envs]))
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/arrival_rate", arrival, global_step)
+        writer.add_scalar("charts/deadlock_rate", deadlock, global_step)
+        writer.add_scalar("charts/normalized_score", float(np.mean(scores)), global_step)
+        writer.add_scalar(
+            "charts/episodic_return", float(np.stack(rewards).sum() / (args.num_envs * args.trains)), global_step
+        )
+        writer.add_scalar("charts/decisions_per_second", decisions / rollout_time, global_step)
+        writer.add_scalar("charts/SPS", int(decisions / (rollout_time + update_time)), global_step)
+        for name, value in stats.items():
+            writer.add_scalar(f"losses/{name}", value, global_step)
+        writer.add_scalar("losses/clipfrac", float(np.mean(clipfracs)), global_step)
+        line = (
+            f"iteration={iteration} decisions={global_step} arrival={arrival:.3f} deadlock={deadlock:.3f} "
+            f"score={np.mean(scores):.3f} rollout={rollout_time:.2f}s update={update_time:.2f}s"
+        )
+        if args.eval_interval and iteration % args.eval_interval == 0:
+            result = evaluate(policy, args)
+            for name, value in result.items():
+                writer.add_scalar(f"eval/{name}", value, global_step)
+            line += f" eval/arrival_rate={result['arrival_rate']:.3f} eval/deadlock_rate={result['deadlock_rate']:.3f}"
+        print(line + f" {time.strftime('%H:%M:%S', time.gmtime(elapsed))} elapsed", flush=True)
+        if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
+            write_checkpoint()
+
+    if args.release_episodes and not stop["requested"]:
+        classifier, figures = train_release_classifier(policy, args, rng)
+        release = {"release_model": classifier.state_dict(), "release_config": classifier.shape}
+        print(
+            f"release classifier: {figures['samples']} releases from {args.release_episodes} episodes "
+            f"({figures['arrived_share']:.0%} arrived), training accuracy {figures['accuracy']:.3f}",
+            flush=True,
+        )
+    path = write_checkpoint()
+    result = evaluate(policy, args) if args.eval_episodes else {}
+    if result:
+        print(
+            f"final: greedy policy on {args.eval_episodes} validation maps: arrival rate {result['arrival_rate']:.3f}, "
+            f"deadlock rate {result['deadlock_rate']:.3f}, score {result['score']:.3f}; checkpoint {path}",
+            flush=True,
+        )
+    writer.close()
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

@@ -1,0 +1,96 @@
+"""Playing Flatland episodes with a decision rule: the trained policy or a baseline.
+
+A decision rule maps (the ``envs.rail_tree.observe`` dict, the ``envs.rail.RailDecisionEnv``) to
+actions [T] in ``envs.rail.ACTIONS``; only the deciding trains' entries are read.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from envs.rail import LEFT, RIGHT, STOP, branches, next_cell
+from envs.rail_tree import observe, occupancy, train_observation
+
+
+def shortest_path_rule(obs: dict, wrapper) -> np.ndarray:
+    """Every deciding train takes the branch on its shortest path to its target and never stops."""
+    actions = np.full(wrapper.trains, LEFT)
+    for handle in np.flatnonzero(obs["deciding"]):
+        position, heading = wrapper.env.agents[handle].current_configuration
+        ways = branches(wrapper.env, position, heading)
+        distances = wrapper.distances[handle]
+        to_target = [distances[(*next_cell(position, way), way)] for way in ways]
+        actions[handle] = LEFT if to_target[0] <= to_target[-1] else RIGHT
+    return actions
+
+
+def random_rule(rng: np.random.Generator):
+    """Uniform over stop, left branch, right branch."""
+    return lambda obs, wrapper: rng.integers(STOP, RIGHT + 1, size=wrapper.trains)
+
+
+def policy_rule(policy, greedy: bool = True, generator: torch.Generator | None = None):
+    """The trained ``models.rail.RailPolicy``: the most likely action (or a sample)."""
+
+    @torch.no_grad()
+    def rule(obs: dict, wrapper) -> np.ndarray:
+        logits, _ = policy(*(torch.as_tensor(obs[k])[None] for k in ("edges", "globals", "neighbors")))
+        if greedy:
+            return logits[0].argmax(-1).numpy()
+        return torch.multinomial(torch.softmax(logits[0], -1), 1, generator=generator).squeeze(-1).numpy()
+
+    return rule
+
+
+def waiting_features(wrapper, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The trains not yet released and unfinished, and their tree [N, S, F] and global [N, G] features
+    seen from their start cells (random id 0.5: the release does not depend on it)."""
+    waiting = np.flatnonzero(~wrapper.released & ~wrapper.finished)
+    occupied = occupancy(wrapper.env)
+    ids = np.full(wrapper.trains, 0.5)
+    rows = [train_observation(wrapper, h, occupied, depth, ids) for h in waiting]
+    if not rows:
+        return waiting, np.zeros((0,)), np.zeros((0,))
+    return waiting, np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
+
+
+def learned_release(classifier, depth: int, threshold: float = 0.5):
+    """A release rule: start every waiting train whose predicted chance of arriving passes ``threshold``,
+    at most one per simulator step (the most likely), and the most likely one whenever nothing runs."""
+
+    @torch.no_grad()
+    def rule(wrapper) -> list[int]:
+        waiting, edges, globs = waiting_features(wrapper, depth)
+        if len(waiting) == 0:
+            return []
+        chance = torch.sigmoid(classifier(torch.as_tensor(edges), torch.as_tensor(globs))).numpy()
+        best = int(chance.argmax())
+        idle = not (wrapper.released & ~wrapper.finished).any()
+        return [int(waiting[best])] if chance[best] >= threshold or idle else []
+
+    return rule
+
+
+def play(wrapper, seed: int, rule, depth: int, radius: int, release_order=None, release_rule=None) -> dict:
+    """One episode of ``wrapper`` on map ``seed`` with ``rule``: arrival_rate, deadlock_rate, score
+    (Flatland's normalized score), seconds_per_step (wall time per simulator step, decisions
+    included), decisions, simulator_steps."""
+    rng = np.random.default_rng(seed)
+    start = time.perf_counter()
+    wrapper.reset(seed, release_order, release_rule)
+    ids = rng.random(wrapper.trains)
+    while not wrapper.done:
+        wrapper.step(rule(observe(wrapper, depth, ids, radius), wrapper))
+    seconds = time.perf_counter() - start
+    steps = wrapper.simulator_steps
+    return {
+        "arrival_rate": float(wrapper.arrived.mean()),
+        "deadlock_rate": float(wrapper.deadlocked.mean()),
+        "score": wrapper.score(),
+        "seconds_per_step": seconds / max(steps, 1),
+        "decisions": wrapper.decisions,
+        "simulator_steps": steps,
+    }

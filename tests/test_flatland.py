@@ -1,0 +1,96 @@
+"""ppo_flatland.py and eval_flatland.py as a user runs them."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("flatland", reason="flatland-rl is an optional extra: pip install -r requirements-flatland.txt")
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "checkpoints" / "flatland" / "flatland25.pt"
+
+
+def run(script, *args, cwd, timeout=600):
+    return subprocess.run(
+        [sys.executable, str(ROOT / script), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """Two iterations of ppo_flatland.py on 2 maps: its run folder."""
+    cwd = tmp_path_factory.mktemp("flatland")
+    result = run(
+        "ppo_flatland.py", "--num-envs", "2", "--total-timesteps", "50", "--eval-interval", "1",
+        "--eval-episodes", "2", "--checkpoint-interval", "1", cwd=cwd,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "final: greedy policy on 2 validation maps: arrival rate" in result.stdout
+    (run_dir,) = (cwd / "runs").iterdir()
+    return run_dir
+
+
+def test_training_logs_the_tags_and_checkpoints(tiny_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tiny_run))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    for tag in ("charts/arrival_rate", "charts/deadlock_rate", "charts/normalized_score", "charts/decisions_per_second",
+                "losses/policy_loss", "losses/value_loss", "losses/entropy", "eval/arrival_rate"):  # fmt: skip
+        assert tag in tags
+    assert sorted(p.name for p in (tiny_run / "ckpt").iterdir())[-1].endswith(".pt")
+
+
+def test_resume_continues_the_run(tiny_run):
+    ckpt = sorted((tiny_run / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1]
+    cwd = tiny_run.parent.parent
+    result = run("ppo_flatland.py", "--resume", str(ckpt), cwd=cwd)
+    assert result.returncode == 0, result.stderr  # the run had finished its decisions: it writes and evaluates again
+    assert "final: greedy policy" in result.stdout
+
+
+def test_eval_writes_the_contract_json(tiny_run, tmp_path):
+    out = tmp_path / "eval.json"
+    result = run(
+        "eval_flatland.py", "--checkpoint", str(tiny_run / "ckpt"), "--sizes", "25x25x5", "--episodes", "2",
+        "--output", str(out), "--render", str(tmp_path / "episode.png"), cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(out.read_text())
+    assert (row["width"], row["height"], row["trains"], row["episodes"]) == (25, 25, 5, 2)
+    for rule in ("policy", "shortest_path", "shortest_path_release", "random"):
+        assert set(row[rule]) == {"arrival_rate", "deadlock_rate", "score", "seconds_per_step"}
+        assert 0 <= row[rule]["arrival_rate"] <= 1 and 0 <= row[rule]["deadlock_rate"] <= 1
+    assert (tmp_path / "episode.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "message"),
+    [
+        ("ppo_flatland.py", ["--tree-depth", "0"], "--tree-depth must be at least 1"),
+        ("ppo_flatland.py", ["--trains", "12", "--cities", "2"], "do not fit"),
+        ("ppo_flatland.py", ["--width", "10"], "at least 20x20"),
+        ("ppo_flatland.py", ["--resume", "missing.pt"], "does not exist"),
+        ("eval_flatland.py", ["--sizes", "10x10x2"], "at least 20x20"),
+        ("eval_flatland.py", ["--sizes", "big"], "WIDTHxHEIGHTxTRAINS"),
+        ("eval_flatland.py", ["--output", "/no/such/folder/x.json"], "does not exist"),
+        ("eval_flatland.py", ["--checkpoint", "missing.pt"], "does not exist"),
+    ],
+)
+def test_bad_arguments_fail_in_one_line(tmp_path, script, args, message):
+    result = run(script, *args, cwd=tmp_path, timeout=120)
+    assert result.returncode != 0 and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_routing_checkpoint_is_not_a_railway_policy(tmp_path):
+    result = run(
+        "eval_flatland.py", "--checkpoint", str(ROOT / "checkpoints" / "vrptw20.pt"), cwd=tmp_path, timeout=120
+    )
+    assert result.returncode != 0 and "not a railway policy" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
