@@ -7,7 +7,8 @@
 Per size (WIDTHxHEIGHTxTRAINS) it plays --episodes maps (seeds --seed, --seed + 1, ...: the same maps
 for every rule) with the greedy policy (with the release heuristic of training, --max-active trains
 at once, closest to their targets first) and with the baselines: every train on its shortest path
-started at once; the same with the release heuristic; random decisions. A checkpoint with a learned
+started at once; the same with the release heuristic; random decisions; and, where flatland-baselines
+is installed, its deadlock-avoidance heuristic (acting at every step on the raw simulator). A checkpoint with a learned
 release classifier also plays the policy with it (``policy_learned_release``: a train starts when
 its predicted chance of arriving passes --threshold). It prints the fraction of
 trains that arrived, the deadlock fraction, Flatland's normalized score and seconds per simulator
@@ -29,7 +30,7 @@ from envs.rail import RailDecisionEnv
 from models import keep_freed_memory, latest_checkpoint
 from models.checkpoints import CheckpointError
 from models.rail import load_rail_policy, load_release_classifier
-from search.rail import learned_release, play, policy_rule, random_rule, shortest_path_rule
+from search.rail import learned_release, play, play_deadlock_avoidance, policy_rule, random_rule, shortest_path_rule
 
 METRICS = ("arrival_rate", "deadlock_rate", "score", "seconds_per_step")
 
@@ -154,10 +155,15 @@ def main(args: Args) -> None:
             env = RailDecisionEnv(width, height, trains, max_active=min(active, trains) if active else None)
             played = [play(env, args.seed + k, rule, depth, radius, release_rule=release) for k in range(args.episodes)]
             row[name] = {metric: float(np.mean([p[metric] for p in played])) for metric in METRICS}
+        dla = [play_deadlock_avoidance(width, height, trains, args.seed + k) for k in range(args.episodes)]
+        if dla[0] is not None:  # flatland-baselines installed
+            rules["deadlock_avoidance"] = None
+            row["deadlock_avoidance"] = {metric: float(np.mean([p[metric] for p in dla])) for metric in METRICS}
             if name == "policy" and args.render and not results:
                 play(env, args.seed, rule, depth, radius)
                 render_episode(args.render, env)
-        best = max(("shortest_path", "shortest_path_release", "random"), key=lambda n: row[n]["arrival_rate"])
+        baselines = [n for n in rules if not n.startswith("policy")]
+        best = max(baselines, key=lambda n: row[n]["arrival_rate"])
         mine = max((n for n in rules if n.startswith("policy")), key=lambda n: row[n]["arrival_rate"])
         row["lead_over_best_baseline"] = row[mine]["arrival_rate"] - row[best]["arrival_rate"]
         results.append(row)

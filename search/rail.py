@@ -94,3 +94,38 @@ def play(wrapper, seed: int, rule, depth: int, radius: int, release_order=None, 
         "decisions": wrapper.decisions,
         "simulator_steps": steps,
     }
+
+
+def play_deadlock_avoidance(width: int, height: int, trains: int, seed: int, cities: int | None = None) -> dict | None:
+    """flatland-baselines' deadlock-avoidance heuristic (DeadLockAvoidancePolicy, default settings) on
+    the raw simulator of map ``seed``, acting for every train at every step; the same figures as
+    ``play``. None when flatland-baselines is not installed."""
+    try:
+        from flatland_baselines.deadlock_avoidance_heuristic.policy.deadlock_avoidance_policy import (
+            DeadLockAvoidancePolicy,
+        )
+    except ImportError:
+        return None
+    from flatland.envs.step_utils.states import TrainState
+
+    from envs.rail import deadlocked_trains, rail_env
+
+    start = time.perf_counter()
+    env = rail_env(width, height, trains, seed, cities)
+    policy = DeadLockAvoidancePolicy(seed=seed)
+    rewards, deadlocked, steps = np.zeros(trains), set(), 0
+    while not env.dones["__all__"]:
+        _, step_rewards, _, _ = env.step(policy.act_many(list(range(trains)), [env] * trains))
+        rewards += np.array([step_rewards[h] for h in range(trains)])
+        deadlocked |= deadlocked_trains(env)
+        steps += 1
+    seconds = time.perf_counter() - start
+    arrived = np.array([agent.state == TrainState.DONE for agent in env.agents])
+    return {
+        "arrival_rate": float(arrived.mean()),
+        "deadlock_rate": len(deadlocked - set(np.flatnonzero(arrived))) / trains,
+        "score": float(env.rewards.normalize(*rewards, num_agents=trains, max_episode_steps=env._max_episode_steps)),
+        "seconds_per_step": seconds / max(steps, 1),
+        "decisions": steps * trains,
+        "simulator_steps": steps,
+    }

@@ -62,7 +62,7 @@ def test_eval_writes_the_contract_json(tiny_run, tmp_path):
     assert result.returncode == 0, result.stderr
     (row,) = json.loads(out.read_text())
     assert (row["width"], row["height"], row["trains"], row["episodes"]) == (25, 25, 5, 2)
-    for rule in ("policy", "shortest_path", "shortest_path_release", "random"):
+    for rule in ("policy", "shortest_path", "shortest_path_release", "random", "deadlock_avoidance"):
         assert set(row[rule]) == {"arrival_rate", "deadlock_rate", "score", "seconds_per_step"}
         assert 0 <= row[rule]["arrival_rate"] <= 1 and 0 <= row[rule]["deadlock_rate"] <= 1
     assert (tmp_path / "episode.png").stat().st_size > 1000
@@ -94,3 +94,26 @@ def test_a_routing_checkpoint_is_not_a_railway_policy(tmp_path):
     )
     assert result.returncode != 0 and "not a railway policy" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_short_training_run_raises_the_arrival_rate(tmp_path, monkeypatch):
+    """About a minute of PPO on 25x25 maps with 2 trains: the greedy policy's arrival rate on 20 fixed
+    validation maps rises above the untrained policy's (0.0 -> 0.225 here)."""
+    import torch
+
+    import ppo_flatland
+    from envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots
+    from models.rail import RailPolicy, load_rail_policy
+
+    monkeypatch.chdir(tmp_path)
+    args = ppo_flatland.Args(
+        trains=2, max_active=2, total_timesteps=15_000, eval_interval=0, eval_episodes=20, checkpoint_interval=0,
+        release_episodes=0,
+    )  # fmt: skip
+    torch.manual_seed(args.seed)  # the trainer's initial weights
+    untrained = ppo_flatland.evaluate(RailPolicy(edge_slots(2), len(EDGE_FEATURES), len(GLOBAL_FEATURES)).eval(), args)
+    ppo_flatland.main(args)
+    (run,) = (tmp_path / "runs").iterdir()
+    trained_policy, _ = load_rail_policy(sorted((run / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1])
+    trained = ppo_flatland.evaluate(trained_policy, args)
+    assert trained["arrival_rate"] >= untrained["arrival_rate"] + 0.1, (untrained, trained)
