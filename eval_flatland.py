@@ -155,13 +155,13 @@ def main(args: Args) -> None:
             env = RailDecisionEnv(width, height, trains, max_active=min(active, trains) if active else None)
             played = [play(env, args.seed + k, rule, depth, radius, release_rule=release) for k in range(args.episodes)]
             row[name] = {metric: float(np.mean([p[metric] for p in played])) for metric in METRICS}
+            if name == "policy" and args.render and not results:
+                play(env, args.seed, rule, depth, radius)
+                render_episode(args.render, env)
         dla = [play_deadlock_avoidance(width, height, trains, args.seed + k) for k in range(args.episodes)]
         if dla[0] is not None:  # flatland-baselines installed
             rules["deadlock_avoidance"] = None
             row["deadlock_avoidance"] = {metric: float(np.mean([p[metric] for p in dla])) for metric in METRICS}
-            if name == "policy" and args.render and not results:
-                play(env, args.seed, rule, depth, radius)
-                render_episode(args.render, env)
         baselines = [n for n in rules if not n.startswith("policy")]
         best = max(baselines, key=lambda n: row[n]["arrival_rate"])
         mine = max((n for n in rules if n.startswith("policy")), key=lambda n: row[n]["arrival_rate"])
