@@ -70,8 +70,9 @@ class Args:
     """trains per map"""
     cities: int | None = None
     """cities per map (default: one per 4 trains, at least 2)"""
-    max_active: int = 3
-    """the most trains running at once during training (released closest to their targets first)"""
+    max_active: int = 5
+    """the most trains running at once during training (released closest to their targets first); on 25x25
+    maps with 5 trains, 5 learned to 0.74 arrival in 25 minutes, 3 to 0.50-0.55 (later trains run out of time)"""
     tree_depth: int = 2
     """levels of switches in the observation tree (edges: 2 + 4 + ... + 2^depth)"""
     comm_radius: int = 10

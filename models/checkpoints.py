@@ -144,7 +144,10 @@ def save_checkpoint(payload: dict, path: str | os.PathLike) -> None:
         raise
 
 
-SHIPPED_KEYS = ("problem", "num_nodes", "model_config", "model", "args", "global_step", "elapsed_seconds")
+SHIPPED_KEYS = (
+    *("problem", "num_nodes", "model_config", "model", "args", "global_step", "elapsed_seconds"),
+    *("release_model", "release_config"),  # the railway policy's learned release classifier
+)
 
 
 def export_weights(source: str | os.PathLike, target: str | os.PathLike) -> None:
