@@ -1,16 +1,17 @@
 """Evaluates a ppo_flatland.py checkpoint on fixed, seeded Flatland map sets against baselines.
 
-    python eval_flatland.py --checkpoint checkpoints/flatland/flatland25.pt
+    python eval_flatland.py                       # the shipped checkpoints/flatland/flatland25.pt
     python eval_flatland.py --checkpoint runs/<run>/ckpt --sizes 25x25x5 50x50x30 --episodes 20 --output eval.json
-    python eval_flatland.py --checkpoint checkpoints/flatland/flatland25.pt --render episode.png
+    python eval_flatland.py --sizes 25x25x5 --episodes 3 --render episode.png
 
 Per size (WIDTHxHEIGHTxTRAINS) it plays --episodes maps (seeds --seed, --seed + 1, ...: the same maps
 for every rule) with the greedy policy (with the release heuristic of training, --max-active trains
 at once, closest to their targets first) and with the baselines: every train on its shortest path
-started at once; the same with the release heuristic; random decisions; and, where flatland-baselines
-is installed, its deadlock-avoidance heuristic (acting at every step on the raw simulator). A checkpoint with a learned
-release classifier also plays the policy with it (``policy_learned_release``: a train starts when
-its predicted chance of arriving passes --threshold). It prints the fraction of
+started at once; the same with the release heuristic; random decisions; and, where
+flatland-baselines is installed, its deadlock-avoidance heuristic (acting at every step on the raw
+simulator). A checkpoint with a learned release classifier also plays the policy with it
+(``policy_learned_release``: a train starts when its predicted chance of arriving passes
+--threshold). It prints the fraction of
 trains that arrived, the deadlock fraction, Flatland's normalized score and seconds per simulator
 step, and the policy's arrival-rate lead over the best baseline. ``--output`` writes them as JSON:
 per size ``width``, ``height``, ``trains``, ``episodes`` and, per rule, ``arrival_rate``,
@@ -21,6 +22,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -33,14 +35,16 @@ from models.rail import load_rail_policy, load_release_classifier
 from search.rail import learned_release, play, play_deadlock_avoidance, policy_rule, random_rule, shortest_path_rule
 
 METRICS = ("arrival_rate", "deadlock_rate", "score", "seconds_per_step")
+SHIPPED = Path(__file__).resolve().parent / "checkpoints" / "flatland" / "flatland25.pt"
 
 
 @dataclass
 class Args:
     """Evaluates a Flatland policy checkpoint against baselines on seeded map sets."""
 
-    checkpoint: str = "checkpoints/flatland/flatland25.pt"
-    """a ppo_flatland.py checkpoint, exported weights, or a run's ckpt folder (its latest checkpoint)"""
+    checkpoint: str | None = None
+    """a ppo_flatland.py checkpoint, exported weights, or a run's ckpt folder (its latest checkpoint);
+    default: the shipped checkpoints/flatland/flatland25.pt"""
     sizes: tuple[str, ...] = ("25x25x5", "35x35x10", "50x50x30")
     """map sizes WIDTHxHEIGHTxTRAINS"""
     episodes: int = 10
@@ -124,7 +128,7 @@ def main(args: Args) -> None:
     torch.set_num_threads(args.threads)
     keep_freed_memory()
     try:
-        checkpoint = latest_checkpoint(args.checkpoint)
+        checkpoint = latest_checkpoint(args.checkpoint or SHIPPED)
         policy, ckpt = load_rail_policy(checkpoint)
     except CheckpointError as exc:
         sys.exit(f"error: --checkpoint: {exc}")
