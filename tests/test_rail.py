@@ -258,3 +258,26 @@ def test_oncoming_train_and_who_yields(track):
         assert row[column("same_direction_trains")] == 0
         assert row[column("to_oncoming_train")] == pytest.approx(2 / (env.width + env.height))
         assert row[column("oncoming_with_higher_id")] == expected
+
+
+def test_head_on_trains_that_can_still_pass_are_not_deadlocked():
+    """Train 0 on a facing switch, train 1 head-on on one of its branches: train 0 can take the other
+    branch, so neither is deadlocked (and the simulator moves train 0 on)."""
+    env = rail_env(25, 25, 5, seed=0)
+    for r in range(env.height):
+        for c in range(env.width):
+            for d in range(4):
+                on = ways(env, (r, c), d)
+                if len(on) != 2:
+                    continue
+                blocked, free = on
+                cell = (r + STEPS[blocked][0], c + STEPS[blocked][1])
+                back = (blocked + 2) % 4
+                if ways(env, cell, back) == [back]:
+                    place(env, {0: ((r, c), d), 1: (cell, back)})
+                    assert deadlocked_trains(env) == set()
+                    turn = {3: 1, 1: 3}.get((free - d) % 4, MOVE_FORWARD)  # MOVE_LEFT = 1, MOVE_RIGHT = 3
+                    env.step({0: turn, 1: MOVE_FORWARD, 2: 0, 3: 0, 4: 0})
+                    assert env.agents[0].current_configuration[0] == (r + STEPS[free][0], c + STEPS[free][1])
+                    return
+    raise AssertionError("no facing switch with a straight track behind one branch on the map")
