@@ -176,9 +176,9 @@ def exploring_release(rng: np.random.Generator, epsilon: float, depth: int, reco
     appends (handles, edges, globals) of every release to ``record``."""
 
     def rule(wrapper) -> list[int]:
-        waiting = [h for h in wrapper.queue if not wrapper.released[h] and not wrapper.finished[h]]
-        free = wrapper.max_active - int((wrapper.released & ~wrapper.finished).sum())
-        chosen = waiting[: max(free, 0)] + [h for h in waiting[max(free, 0) :] if rng.random() < epsilon]
+        due = wrapper.due()
+        others = [h for h in wrapper.queue if not wrapper.released[h] and not wrapper.finished[h] and h not in due]
+        chosen = due + [h for h in others if rng.random() < epsilon]
         if chosen:
             handles, edges, globs = waiting_features(wrapper, depth)
             rows = [int(np.flatnonzero(handles == h)[0]) for h in chosen]

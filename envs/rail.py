@@ -35,14 +35,10 @@ COL_STEP = (0, 1, 0, -1)
 DISTANCE_REWARD, DEADLOCK_PENALTY, ARRIVAL_REWARD = 0.01, -5.0, 10.0
 
 
-def rail_env(width: int, height: int, trains: int, seed: int, cities: int | None = None):
-    """A Flatland RailEnv on a sparse generated map (the challenge's generator), speed 1, no
-    malfunctions; ``cities`` defaults to one per 4 trains (at least 2: each city has up to 4 station
-    tracks). Raises ValueError with one line when the cities' station tracks cannot hold the trains."""
-    from flatland.envs.line_generators import sparse_line_generator
-    from flatland.envs.rail_env import RailEnv
-    from flatland.envs.rail_generators import sparse_rail_generator
-
+def check_map(width: int, height: int, trains: int, cities: int | None = None) -> int:
+    """Checks a map's arguments without drawing it; returns the number of cities (default: one per 4
+    trains, at least 2: each city has up to 4 station tracks). Raises ValueError with one line when
+    the map is too small or the cities' station tracks cannot hold the trains."""
     if min(width, height) < 20:
         raise ValueError(f"map {width}x{height}: Flatland's sparse generator needs at least 20x20 cells")
     cities = cities if cities is not None else max(2, -(-trains // 4))
@@ -53,6 +49,18 @@ def rail_env(width: int, height: int, trains: int, seed: int, cities: int | None
             f"{trains} trains do not fit {cities} cities of 4 station tracks each: use at most {4 * cities} trains "
             "or more cities"
         )
+    return cities
+
+
+def rail_env(width: int, height: int, trains: int, seed: int, cities: int | None = None):
+    """A Flatland RailEnv on a sparse generated map (the challenge's generator), speed 1, no
+    malfunctions, ``cities`` as ``check_map`` says. Raises ValueError with one line on impossible
+    arguments."""
+    from flatland.envs.line_generators import sparse_line_generator
+    from flatland.envs.rail_env import RailEnv
+    from flatland.envs.rail_generators import sparse_rail_generator
+
+    cities = check_map(width, height, trains, cities)
     env = RailEnv(
         width=width,
         height=height,
@@ -89,6 +97,13 @@ def branches(env, position: tuple, direction: int) -> list[int]:
     as straight on)."""
     turn = {3: 0, 0: 1, 2: 1, 1: 2}  # (exit - direction) % 4 -> left, straight, right
     return sorted(exits(env, position, direction), key=lambda e: turn[(e - direction) % 4])
+
+
+def decision_point(env, position: tuple, direction: int) -> tuple[bool, bool]:
+    """(on a switch with a choice, on the cell before a switch) for a train at ``position`` heading
+    ``direction``: where a train decides."""
+    ways = exits(env, position, direction)
+    return len(ways) > 1, len(ways) == 1 and is_switch(env, next_cell(position, ways[0]))
 
 
 def simulator_action(direction: int, exit_direction: int) -> int:
@@ -142,7 +157,7 @@ class RailDecisionEnv:
             raise ValueError(f"max_active must be at least 1, got {max_active}")
         self.width, self.height, self.trains, self.cities = width, height, trains, cities
         self.max_active = max_active or trains
-        rail_env(width, height, trains, 0, cities)  # fails early on impossible arguments
+        check_map(width, height, trains, cities)  # fails early on impossible arguments
         self.env, self.release_rule = None, None
 
     # -- episode -------------------------------------------------------------------------------
@@ -188,15 +203,16 @@ class RailDecisionEnv:
         """The training heuristic: trains by increasing shortest-path distance from start to target."""
         return sorted(range(self.trains), key=lambda h: (self.distance(h), h))
 
+    def due(self) -> list[int]:
+        """The trains the heuristic starts now: the next waiting ones of the queue, while fewer than
+        ``max_active`` are released and unfinished."""
+        waiting = [h for h in self.queue if not self.released[h] and not self.finished[h]]
+        return waiting[: max(0, self.max_active - int((self.released & ~self.finished).sum()))]
+
     def release(self) -> None:
-        """Releases queued trains while fewer than ``max_active`` are released and unfinished (or the
-        trains that the release rule names)."""
-        if self.release_rule is not None:
-            for handle in self.release_rule(self):
-                self.released[handle] = True
-            return
-        while self.queue and (self.released & ~self.finished).sum() < self.max_active:
-            self.released[self.queue.pop(0)] = True
+        """Releases the trains that the heuristic starts now (``due``), or those the release rule names."""
+        for handle in self.due() if self.release_rule is None else self.release_rule(self):
+            self.released[handle] = True
 
     def distance(self, handle: int) -> float:
         """Shortest-path distance (cells) from the train's cell (its start if off the map) to its target."""
@@ -214,9 +230,7 @@ class RailDecisionEnv:
             h = agent.handle
             if self.finished[h] or not self.released[h] or agent.current_configuration is None:
                 continue
-            position, direction = agent.current_configuration
-            options = exits(self.env, position, direction)
-            need[h] = len(options) > 1 or (len(options) == 1 and is_switch(self.env, next_cell(position, options[0])))
+            need[h] = any(decision_point(self.env, *agent.current_configuration))
         return need
 
     def step(self, actions) -> tuple[np.ndarray, np.ndarray, dict]:

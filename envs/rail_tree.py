@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs.rail import branches, exits, is_switch, next_cell
+from envs.rail import branches, decision_point, exits, next_cell
 
 EDGE_FEATURES = (
     "exists",
@@ -109,9 +109,8 @@ def train_observation(wrapper, handle: int, occupied: dict, depth: int, ids: np.
         level_start += 2 ** (level + 1)
         level += 1
     own = wrapper.distance(handle) / scale
-    on_switch = agent.current_configuration is not None and len(exits(env, position, heading)) > 1
-    ways = exits(env, position, heading)
-    before = agent.current_configuration is not None and len(ways) == 1 and is_switch(env, next_cell(position, ways[0]))
+    on_map = agent.current_configuration is not None
+    on_switch, before = decision_point(env, position, heading) if on_map else (False, False)
     running = float((wrapper.released & ~wrapper.finished).sum()) / wrapper.trains
     time_share = env._elapsed_steps / max(env._max_episode_steps, 1)
     glob = np.array(
