@@ -22,7 +22,6 @@ step, so the messages are recomputed with gradients) into minibatches.
 import json
 import os
 import random
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -34,7 +33,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from envs.rail import RailDecisionEnv
 from envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
-from models import keep_freed_memory, read_checkpoint, save_checkpoint
+from models import StopRequest, keep_freed_memory, read_checkpoint, save_checkpoint
 from models.rail import RailPolicy, ReleaseClassifier
 from search.rail import play, policy_rule, waiting_features
 
@@ -330,17 +329,8 @@ def main(args: Args) -> None:
         )
         return path
 
-    stop = {"requested": False}
+    stop = StopRequest()
     release = {}  # the learned release classifier, once trained
-
-    def request_stop(signum, frame):
-        if stop["requested"] and signum == signal.SIGINT:
-            sys.exit("aborted: the training since the last checkpoint is lost (resume from that checkpoint)")
-        stop["requested"] = True
-        print("stopping after this iteration to write a checkpoint (Ctrl-C again to abort)", flush=True)
-
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, request_stop)
     print(
         f"ppo_flatland: {args.width}x{args.height} maps, {args.trains} trains (at most {args.max_active} running), "
         f"{args.num_envs} maps per iteration, tree depth {args.tree_depth}\nrun {run_dir}: {args.total_timesteps:,} "
@@ -348,7 +338,7 @@ def main(args: Args) -> None:
         flush=True,
     )
     clock = time.time() - elapsed
-    while global_step < args.total_timesteps and not stop["requested"]:
+    while global_step < args.total_timesteps and not stop.requested:
         if args.total_seconds is not None and elapsed >= args.total_seconds:
             break
         iteration += 1
@@ -506,7 +496,7 @@ def main(args: Args) -> None:
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
             write_checkpoint()
 
-    if args.release_episodes and not stop["requested"]:
+    if args.release_episodes and not stop.requested:
         classifier, figures = train_release_classifier(policy, args, rng)
         release = {"release_model": classifier.state_dict(), "release_config": classifier.shape}
         print(

@@ -23,7 +23,6 @@ import json
 import math
 import os
 import random
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, fields, replace
@@ -39,7 +38,15 @@ from torch.utils.tensorboard import SummaryWriter
 
 from data.references import kool_references
 from envs import ENV_IDS, ENV_VARIANTS, standard_dataset
-from models import Agent, StateWrapper, keep_freed_memory, latest_checkpoint, read_checkpoint, save_checkpoint
+from models import (
+    Agent,
+    StateWrapper,
+    StopRequest,
+    keep_freed_memory,
+    latest_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
 from search import augment, decode, forced_actions
 
 
@@ -452,28 +459,6 @@ def ppo_loss(
         }
     )
     return loss, stats
-
-
-class StopRequest:
-    """Ctrl-C, SIGTERM or SIGHUP (a closed terminal) asks the run to stop after the current
-    iteration and write a checkpoint; a second Ctrl-C stops at once, losing what the last
-    checkpoint does not hold."""
-
-    def __init__(self):
-        self.requested = False
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, self.handle)
-
-    def handle(self, signum, frame):
-        if self.requested and signum == signal.SIGINT:
-            sys.exit("aborted: the training since the last checkpoint is lost (resume from that checkpoint)")
-        self.requested = True
-        print("stopping after this iteration to write a checkpoint (Ctrl-C again to abort)", flush=True)
-
-    def synchronize(self, device: torch.device) -> None:
-        """All processes stop together once any of them was asked to."""
-        if dist.is_initialized():
-            self.requested = bool(all_sum(torch.tensor([float(self.requested)], device=device)).item())
 
 
 def report_parameter_agreement(agent: Agent, is_main: bool) -> None:

@@ -10,7 +10,7 @@ from models.checkpoints import (
     read_checkpoint,
     save_checkpoint,
 )
-from models.runtime import keep_freed_memory
+from models.runtime import StopRequest, keep_freed_memory
 from models.state import StateWrapper
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "Cache",
     "CheckpointError",
     "StateWrapper",
+    "StopRequest",
     "export_weights",
     "keep_freed_memory",
     "latest_checkpoint",

@@ -1,10 +1,14 @@
-"""Process settings for running the model on the CPU."""
+"""Process settings of a run: the CPU allocator, and stopping on a signal."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import signal
 import sys
+
+import torch
+import torch.distributed as dist
 
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3  # glibc's mallopt parameters
 
@@ -33,3 +37,27 @@ def keep_freed_memory() -> bool:
             mallopt(M_TOP_PAD, 64 << 20),
         )
     )
+
+
+class StopRequest:
+    """Ctrl-C, SIGTERM or SIGHUP (a closed terminal) asks the run to stop after the current
+    iteration and write a checkpoint; a second Ctrl-C stops at once, losing what the last
+    checkpoint does not hold. Used by ppo_or.py and ppo_flatland.py."""
+
+    def __init__(self):
+        self.requested = False
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, self.handle)
+
+    def handle(self, signum, frame):
+        if self.requested and signum == signal.SIGINT:
+            sys.exit("aborted: the training since the last checkpoint is lost (resume from that checkpoint)")
+        self.requested = True
+        print("stopping after this iteration to write a checkpoint (Ctrl-C again to abort)", flush=True)
+
+    def synchronize(self, device: torch.device) -> None:
+        """All data-parallel processes stop together once any of them was asked to."""
+        if dist.is_initialized():
+            flag = torch.tensor([float(self.requested)], device=device)
+            dist.all_reduce(flag)
+            self.requested = bool(flag.item())
