@@ -157,11 +157,12 @@ def main(args: Args) -> None:
         row = {"width": width, "height": height, "trains": trains, "episodes": args.episodes}
         for name, (rule, active, release) in rules.items():
             env = RailDecisionEnv(width, height, trains, max_active=min(active, trains) if active else None)
-            played = [play(env, args.seed + k, rule, depth, radius, release_rule=release) for k in range(args.episodes)]
+            played = []
+            for k in range(args.episodes):
+                played.append(play(env, args.seed + k, rule, depth, radius, release_rule=release))
+                if k == 0 and name == "policy" and args.render and not results:
+                    render_episode(args.render, env)  # the first map, as its episode ended
             row[name] = {metric: float(np.mean([p[metric] for p in played])) for metric in METRICS}
-            if name == "policy" and args.render and not results:
-                play(env, args.seed, rule, depth, radius)
-                render_episode(args.render, env)
         dla = [play_deadlock_avoidance(width, height, trains, args.seed + k) for k in range(args.episodes)]
         if dla[0] is not None:  # flatland-baselines installed
             rules["deadlock_avoidance"] = None
