@@ -5,6 +5,7 @@
     python eval.py --checkpoint ckpt.pt --data ../shared/benchmarks/tsplib --references ../shared/benchmarks/tsplib/optima.csv
     python eval.py --checkpoint checkpoints/mtvrp20.pt --variant vrptw --reference-solver pyvrp --num-instances 200
     python eval.py --checkpoint checkpoints/vrptw20.pt --data ../shared/benchmarks/solomon
+    python eval.py --checkpoint checkpoints/families/op20.pt --decode multi-greedy --reference-solver ortools --num-instances 200
 
 Checkpoints written by ppo_or.py and the published RLOR state dicts are both accepted (read with
 weights_only=True); the problem and size come from the checkpoint.
@@ -25,7 +26,7 @@ from tqdm import tqdm
 
 from data.datasets import STANDARD_SETS, DataError, Dataset, load_data
 from data.references import solve_reference
-from envs import ENV_VARIANTS
+from envs import ENV_IDS, ENV_VARIANTS, VECTOR_ENVS
 from envs.vrp import MIXED, VARIANTS
 from models import CheckpointError, keep_freed_memory, latest_checkpoint, load_agent
 from search import decode
@@ -44,11 +45,12 @@ class Args:
     """test / val (the standard sets: Kool et al.'s for TSP and CVRP, regenerated bit-exactly; the multi-task
     generator's for VRP variants; kool-test / kool-val are aliases), an .npz file, a .tsp / .vrp / Solomon .txt
     file or a folder of them"""
-    problem: Literal["tsp", "cvrp", "mtvrp"] | None = None
+    problem: Literal[tuple(VECTOR_ENVS)] | None = None
     """the problem; None takes the checkpoint's (a given one must match it)"""
-    variant: Literal[tuple([*VARIANTS, MIXED])] | None = None
-    """VRP models: the variant of the test / val set (all: attributes drawn per instance); None takes
-    the checkpoint's training variant"""
+    variant: Literal[tuple(dict.fromkeys([*VARIANTS, MIXED, *ENV_VARIANTS.values()]))] | None = None
+    """the variant of the test / val set where the problem has several: VRP models a VRP variant (all:
+    attributes drawn per instance), pickup and delivery pdp / cpdp, orienteering the prize type const / unif /
+    dist; None takes the checkpoint's training variant"""
     num_nodes: int | None = None
     """size of the test / val instances; None takes the checkpoint's training size"""
     num_instances: int | None = None
@@ -67,10 +69,11 @@ class Args:
     """seed of the sampling decoder"""
     references: str | None = None
     """reference lengths: a CSV (first column instance name, last column value, a header row) or an .npy"""
-    reference_solver: Literal["lkh", "pyvrp"] | None = None
-    """compute references on the fly: lkh (elkai, TSP) or pyvrp (CVRP and every VRP variant); optional extras"""
+    reference_solver: Literal["lkh", "pyvrp", "ortools"] | None = None
+    """compute references on the fly: lkh (elkai, TSP), pyvrp (CVRP, every VRP variant, MRCVRP, PCVRP) or ortools
+    (PDP by OR-Tools routing, OP and PCTSP by CP-SAT); optional extras"""
     solver_seconds: float = 1.0
-    """pyvrp: time limit per instance"""
+    """pyvrp and ortools: time limit per instance"""
     reencode: bool = False
     """re-run the encoder at every step (the original RLOR evaluation; for comparison only)"""
     cuda: bool = True
@@ -104,6 +107,18 @@ def check_args(args: Args) -> None:
         path = getattr(args, name)
         if path:
             check_writable(f"--{name}", path)
+
+
+COST_NAMES = {"op": "mean -prize", "pctsp": "mean cost", "pcvrp": "mean cost"}
+"""The column of the mean cost where it is not a length: minus the collected prize (OP), length +
+penalties of skipped customers (PCTSP), length + uncollected prizes (PCVRP)."""
+
+
+def variants_of(problem: str) -> set:
+    """The variants of a problem's test sets (the VRP's 16 and "all")."""
+    if problem == "mtvrp":
+        return {*VARIANTS, MIXED}
+    return {v for env_id, v in ENV_VARIANTS.items() if ENV_IDS[env_id] == problem}
 
 
 PLOT_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
@@ -162,10 +177,7 @@ def plot_routes(path: str, groups: list, results: list, count: int) -> None:
         for a, b in zip(nodes[:-1], nodes[1:], strict=True):  # an open route's free return is dotted
             style = ":" if free_returns and b == 0 else "-"
             ax.plot(points[[a, b], 0], points[[a, b], 1], style, lw=1, color="tab:blue")
-        ax.scatter(points[:, 0], points[:, 1], s=8, color="black", zorder=3)
-        if group.problem == "mtvrp":  # backhaul (pickup) customers as triangles
-            pickups = np.flatnonzero(group.instances["demand_backhaul"][i] > 0) + 1
-            ax.scatter(points[pickups, 0], points[pickups, 1], s=24, marker="^", color="tab:green", zorder=4)
+        draw_nodes(ax, group, i, points, tour)
         start = points[tour[:1]] if group.problem == "tsp" else points[:1]  # the tour's start, or the depot
         ax.scatter(start[:, 0], start[:, 1], s=60, marker="s", color="tab:red", zorder=4)
         decimals = {"nearest": 0, "tenth-down": 1}.get(group.rounding, 4)
@@ -176,6 +188,27 @@ def plot_routes(path: str, groups: list, results: list, count: int) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def draw_nodes(ax, group: Dataset, i: int, points: np.ndarray, tour: np.ndarray) -> None:
+    """The nodes of instance ``i``: visited ones black, skipped ones (prize collecting) hollow grey,
+    backhaul customers green triangles, pickups green triangles and deliveries purple upside-down
+    triangles with a thin dashed line to their partner (pickup and delivery)."""
+    customers = np.arange(1, len(points)) if group.problem != "tsp" else np.arange(len(points))
+    skipped = np.setdiff1d(customers, tour) if group.problem in ("op", "pctsp", "pcvrp") else np.array([], int)
+    shown = np.setdiff1d(customers, skipped)
+    ax.scatter(points[shown, 0], points[shown, 1], s=8, color="black", zorder=3)
+    ax.scatter(points[skipped, 0], points[skipped, 1], s=14, facecolors="none", edgecolors="grey", zorder=3)
+    if group.problem == "mtvrp":  # backhaul (pickup) customers as triangles
+        pickups = np.flatnonzero(group.instances["demand_backhaul"][i] > 0) + 1
+        ax.scatter(points[pickups, 0], points[pickups, 1], s=24, marker="^", color="tab:green", zorder=4)
+    if group.problem == "pdp":
+        half = (len(points) - 1) // 2
+        pickups, deliveries = np.arange(1, half + 1), np.arange(half + 1, 2 * half + 1)
+        for a, b in zip(pickups, deliveries, strict=True):
+            ax.plot(points[[a, b], 0], points[[a, b], 1], "--", lw=0.4, color="grey")
+        ax.scatter(points[pickups, 0], points[pickups, 1], s=24, marker="^", color="tab:green", zorder=4)
+        ax.scatter(points[deliveries, 0], points[deliveries, 1], s=24, marker="v", color="tab:purple", zorder=4)
 
 
 def benchmark_class(name: str) -> str | None:
@@ -209,11 +242,15 @@ def main(args: Args) -> None:
             print(f"using {checkpoint} (the latest checkpoint of {args.checkpoint})", flush=True)
         agent, ckpt = load_agent(checkpoint, problem=args.problem, device=device)
         problem = ckpt["problem"]
-        if args.variant and problem != "mtvrp":
+        variants = variants_of(problem)
+        if args.variant and args.variant not in variants:
             raise ValueError(
-                f"--variant {args.variant} is for VRP models; this checkpoint is a {problem.upper()} model"
+                f"--variant {args.variant} does not fit this {problem.upper()} model"
+                + (f" (its variants: {', '.join(sorted(variants))})" if variants else " (it has no variants)")
             )
-        variant = args.variant or ENV_VARIANTS.get(ckpt.get("args", {}).get("env_id"), MIXED)
+        variant = args.variant or ENV_VARIANTS.get(
+            ckpt.get("args", {}).get("env_id"), MIXED if problem == "mtvrp" else None
+        )
         size = args.num_nodes or ckpt["num_nodes"]
         groups = load_data(args.data, problem, size, args.num_instances, args.references, variant)
         for group in groups:
@@ -231,7 +268,7 @@ def main(args: Args) -> None:
     names = [n for g in groups for n in g.names]
     lengths = np.concatenate([r["lengths"] for r in results])
     references = np.concatenate([r["references"] for r in results])
-    gaps = 100 * (lengths / references - 1)
+    gaps = 100 * (lengths - references) / np.abs(references)  # costs may be negative (orienteering: minus the prize)
     seconds = sum(r["seconds"] for r in results)
     known = np.isfinite(gaps)
     mean_gap = float(gaps[known].mean()) if known.any() else None
@@ -244,10 +281,12 @@ def main(args: Args) -> None:
 
     decoding = args.decode + (f" x{args.augment} aug" if args.augment > 1 else "")
     what = {"mtvrp": "VRP"}.get(problem, problem.upper())
-    if problem == "mtvrp" and args.data in STANDARD_SETS:
+    if variant in variants_of(problem) and args.data in STANDARD_SETS:
         what += f", variant {variant}"
     print(f"checkpoint {checkpoint} ({what}), data {args.data}")
-    print(f"{'instances':>10} {'decode':>22} {'mean length':>12} {'mean gap':>9} {'time':>9} {'per inst.':>10}")
+    print(
+        f"{'instances':>10} {'decode':>22} {COST_NAMES.get(problem, 'mean length'):>12} {'mean gap':>9} {'time':>9} {'per inst.':>10}"
+    )
     gap_text = f"{mean_gap:8.3f}%" if mean_gap is not None else f"{'-':>9}"
     print(
         f"{len(lengths):>10} {decoding:>22} {lengths.mean():>12.4f} {gap_text} {seconds:>8.2f}s {1000 * seconds / len(lengths):>8.2f}ms"

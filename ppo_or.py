@@ -37,7 +37,7 @@ import tyro
 from torch.utils.tensorboard import SummaryWriter
 
 from data.references import kool_references
-from envs import ENV_IDS, ENV_VARIANTS, standard_dataset
+from envs import ENV_IDS, ENV_VARIANTS, standard_dataset, start_count
 from models import (
     Agent,
     StateWrapper,
@@ -179,9 +179,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[Args, set[str]]:
 
 def with_defaults(args: Args) -> Args:
     """Fills the settings whose default depends on others: N is one trajectory per start node with
-    --multi-start (every TSP node, every CVRP / VRP customer: num_nodes of them), else 50."""
+    --multi-start (every TSP node, every customer, every pickup: ``envs.start_count``), else 50."""
     if args.n_traj is None:
-        return replace(args, n_traj=args.num_nodes if args.multi_start else 50)
+        return replace(args, n_traj=start_count(ENV_IDS[args.env_id], args.num_nodes) if args.multi_start else 50)
     return args
 
 
@@ -190,10 +190,11 @@ def check_args(args: Args) -> None:
     problems = []
     if args.num_nodes < 2:
         problems.append(f"--num-nodes must be at least 2, got {args.num_nodes}")
-    if args.multi_start and args.n_traj > args.num_nodes:
+    starts = start_count(ENV_IDS[args.env_id], args.num_nodes) if args.num_nodes >= 2 else args.num_nodes
+    if args.multi_start and args.n_traj > starts:
         problems.append(
-            f"--n-traj {args.n_traj} exceeds the {args.num_nodes} start nodes of --multi-start "
-            "(use --n-traj <= --num-nodes or --no-multi-start)"
+            f"--n-traj {args.n_traj} exceeds the {starts} start nodes of --multi-start "
+            f"(use --n-traj <= {starts} or --no-multi-start)"
         )
     if not 1 <= args.train_augment <= 8:
         problems.append(
@@ -359,6 +360,13 @@ def first_nodes(start_actions: torch.Tensor, num_envs: int, n_traj: int) -> torc
     return start_actions[order[:, :n_traj]]
 
 
+def allowed_starts(actions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """First actions [M, N], each replaced by the first allowed action where the mask [M, N, A] forbids
+    it (an orienteering customer too far for a tour of its own); on the device, without a sync."""
+    allowed = mask.gather(-1, actions[..., None]).squeeze(-1)
+    return torch.where(allowed, actions, mask.to(torch.uint8).argmax(-1))
+
+
 def shared_advantages(returns: torch.Tensor, copies: int) -> torch.Tensor:
     """POMO's shared baseline: returns [M, N] of whole episodes -> advantages [M, N], each
     trajectory's return minus the mean return of the N x K trajectories of its instance (the K
@@ -512,7 +520,10 @@ def main(args: Args, given: set[str] | None = None) -> None:
     ckpt = None
     if args.resume:
         args, ckpt = resumed_args(args, set() if given is None else given)
-    args = with_defaults(args)
+    try:
+        args = with_defaults(args)
+    except ValueError as exc:  # an env that cannot take these arguments (e.g. an odd pickup-and-delivery size)
+        sys.exit(f"error: --env-id {args.env_id} --num-nodes {args.num_nodes}: {exc}")
     check_args(args)
     if args.track and (problem := wandb_problem()):
         sys.exit(f"error: --track: {problem}")
@@ -736,7 +747,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
                 forced = args.multi_start and envs.unwrapped.steps == 0
                 action, logprob, _, value = agent.get_action_and_value(
                     state,
-                    first_nodes(start_actions, args.num_envs, args.n_traj) if forced else None,
+                    allowed_starts(first_nodes(start_actions, args.num_envs, args.n_traj), state["action_mask"])
+                    if forced
+                    else None,
                     cache=cache,
                     with_value=critic,
                 )

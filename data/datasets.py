@@ -16,14 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
-from envs import standard_dataset
-from envs.instances import check_instances
+from envs import VECTOR_ENVS, standard_dataset
+from envs.instances import STATIC_KEYS, check_instances
 from envs.vrp import STATIC_KEYS as VRP_KEYS
 from envs.vrp import check_vrp_instances
-from search.solutions import round_lengths, tour_length
+from search.solutions import COSTS, round_lengths, tour_length
 
 FILE_SUFFIXES = {".tsp": "tsp", ".vrp": "cvrp", ".txt": "mtvrp"}
 STANDARD_SETS = {"kool-test": "test", "kool-val": "val", "test": "test", "val": "val"}
+FAMILY_PROBLEMS = ("mrcvrp", "pdp", "op", "pctsp", "pcvrp")
+"""The further constraint families: generated and .npz data only, scored by ``search.solutions.COSTS``."""
 REFERENCE_COLUMNS = ("distance", "cost", "value", "length", "optimal_length", "best_known_cost", "reference")
 
 
@@ -51,6 +53,8 @@ class Dataset:
 
     def reported_length(self, index: int, tour: np.ndarray) -> float:
         """The length of ``tour`` (actions) of instance ``index`` in the data's own units."""
+        if self.problem in FAMILY_PROBLEMS:  # a cost that is not (only) a length: the problem's own
+            return COSTS[self.problem]({key: value[index] for key, value in self.instances.items()}, tour)
         closed = self.problem == "tsp"
         nodes = tour if closed else np.concatenate([[0], tour])
         return tour_length(self.node_points(index), nodes, closed, self.rounding, self.free_returns(index))
@@ -89,7 +93,7 @@ def load_data(
     if source in STANDARD_SETS:
         instances = standard_dataset(problem, num_nodes, STANDARD_SETS[source], num_instances, variant)
         count = len(instances["coords"])
-        label = f"{variant}-{STANDARD_SETS[source]}" if problem == "mtvrp" else source
+        label = source if problem in ("tsp", "cvrp") else f"{variant or problem}-{STANDARD_SETS[source]}"
         groups = [Dataset(problem, instances, [f"{label}-{i}" for i in range(count)], np.full(count, np.nan))]
     else:
         path = Path(source)
@@ -123,6 +127,8 @@ def load_npz(path: Path, problem: str) -> Dataset:
         raise DataError(f"{path}: not a readable .npz file ({exc})") from exc
     if problem == "mtvrp":
         return load_vrp_npz(path, data)
+    if problem not in ("tsp", "cvrp"):
+        return load_family_npz(path, problem, data)
     keys = {"tsp": ["coords"], "cvrp": ["depot", "coords", "demand", "capacity"]}[problem]
     missing = [k for k in keys if k not in data]
     if missing:
@@ -201,6 +207,29 @@ def load_vrp_npz(path: Path, data: dict) -> Dataset:
     except ValueError as exc:
         raise DataError(f"{path}: {exc}") from exc
     return npz_dataset(path, "mtvrp", instances, data)
+
+
+def load_family_npz(path: Path, problem: str, data: dict) -> Dataset:
+    """An .npz of the further families (multiple resources, pickup and delivery, prize collecting):
+    exactly the env's static arrays (``envs.instances.STATIC_KEYS[problem]``, unit square, demands and
+    loads as fractions of the capacity), optional ``reference`` [B]."""
+    keys = STATIC_KEYS[problem]
+    missing = [k for k in keys if k not in data]
+    unknown = [k for k in data if k not in (*keys, "reference")]
+    if missing or unknown:
+        raise DataError(
+            f"{path}: a {problem} .npz file holds the keys {list(keys)} (+ optional 'reference'); "
+            f"missing {missing}, unknown {unknown}"
+        )
+    coords = np.asarray(data["coords"])
+    if coords.ndim != 3:
+        raise DataError(f"{path}: 'coords' must have shape [B, n, 2], got {list(coords.shape)}")
+    try:
+        env = VECTOR_ENVS[problem](num_envs=coords.shape[0], num_nodes=coords.shape[1])
+        instances = env.check_instances({k: data[k] for k in keys})
+    except ValueError as exc:
+        raise DataError(f"{path}: {exc}") from exc
+    return npz_dataset(path, problem, instances, data)
 
 
 def unit_square(points: np.ndarray) -> tuple[np.ndarray, float]:

@@ -25,7 +25,7 @@ from envs.instances import KOOL_SEEDS
 from search.solutions import vrp_cost
 
 UNIT_SCALE = 10_000
-SOLVERS = {"lkh": ("tsp",), "pyvrp": ("cvrp", "mtvrp")}
+SOLVERS = {"lkh": ("tsp",), "pyvrp": ("cvrp", "mtvrp", "mrcvrp", "pcvrp"), "ortools": ("pdp", "op", "pctsp")}
 LOAD_SCALE = 1_000_000  # demands are fractions of the capacity
 
 
@@ -41,6 +41,9 @@ def solve_reference(dataset: Dataset, index: int, solver: str, seconds: float) -
         raise ValueError(f"--reference-solver {solver} solves {solves}, not {dataset.problem.upper()}")
     if dataset.problem == "mtvrp":
         return dataset.reported_length(index, pyvrp_vrp_tour(dataset, index, seconds))
+    if dataset.problem in FAMILY_SOLVERS:  # the cost is re-measured (and the tour checked) on the instance
+        instance = {key: value[index] for key, value in dataset.instances.items()}
+        return dataset.reported_length(index, FAMILY_SOLVERS[dataset.problem](instance, seconds))
     dist = integer_distances(dataset, index)
     tour = lkh_tour(dist) if solver == "lkh" else pyvrp_tour(dataset, index, dist, seconds)
     return dataset.reported_length(index, tour)
@@ -171,3 +174,170 @@ def kool_references(problem: str, num_nodes: int, split: str, count: int, cache_
         np.save(f, lengths)
     os.replace(tmp, path)
     return lengths
+
+
+def scaled_distances(instance: dict) -> np.ndarray:
+    """Distances [A, A] between depot and customers, x UNIT_SCALE rounded up: a tour within an integer
+    length budget is within the real one."""
+    points = np.concatenate([np.asarray(instance["depot"])[None], instance["coords"]])
+    dist = np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1))
+    return np.ceil(dist * UNIT_SCALE - 1e-6).astype(np.int64)
+
+
+def pyvrp_family_tour(instance: dict, seconds: float) -> np.ndarray:
+    """PyVRP's best solution within ``seconds`` of a multi-resource CVRP (one load dimension per
+    resource) or a prize-collecting CVRP (optional clients with prizes: PyVRP minimises distance +
+    uncollected prizes) instance, as actions (customers 1..n, 0 = depot)."""
+    try:
+        from pyvrp import Model
+        from pyvrp.stop import MaxRuntime
+    except ImportError as exc:
+        raise ImportError("--reference-solver pyvrp needs PyVRP: pip install pyvrp") from exc
+    demand = np.asarray(instance["demand"], dtype=np.float64)
+    demand = demand if demand.ndim == 2 else demand[:, None]  # [n, R]
+    loads = np.rint(demand * LOAD_SCALE).astype(int)
+    dist = scaled_distances(instance)
+    n = len(demand)
+    model = Model()
+    model.add_vehicle_type(num_available=n, capacity=[LOAD_SCALE] * demand.shape[1])
+    points = np.concatenate([np.asarray(instance["depot"])[None], instance["coords"]])
+    nodes = [model.add_location(x=float(x), y=float(y)) for x, y in points]
+    model.add_depot(nodes[0])
+    optional = "prize" in instance
+    for i in range(n):
+        extra = {"required": False, "prize": int(np.rint(instance["prize"][i] * UNIT_SCALE))} if optional else {}
+        model.add_client(nodes[i + 1], delivery=loads[i].tolist(), **extra)
+    for i, a in enumerate(nodes):
+        for j, b in enumerate(nodes):
+            model.add_edge(a, b, distance=int(dist[i, j]))
+    result = model.solve(stop=MaxRuntime(seconds), display=False)
+    tour = []
+    for route in result.best.routes():
+        tour += [activity.idx + 1 for activity in route if activity.is_client()] + [0]
+    return np.asarray(tour or [0])
+
+
+def ortools_pdp_tour(instance: dict, seconds: float) -> np.ndarray:
+    """OR-Tools routing's pickup-and-delivery model (one vehicle, pickup i and delivery i + n/2 on it
+    in that order; with loads, a capacity dimension), guided local search for ``seconds``: actions
+    (nodes 1..n, then the depot)."""
+    routing_module = _ortools_routing()
+    pywrapcp, enums = routing_module
+    dist = scaled_distances(instance)
+    n = len(instance["coords"])
+    half = n // 2
+    manager = pywrapcp.RoutingIndexManager(n + 1, 1, 0)
+    routing = pywrapcp.RoutingModel(manager)
+
+    def distance(i: int, j: int) -> int:
+        return int(dist[manager.IndexToNode(i), manager.IndexToNode(j)])
+
+    transit = routing.RegisterTransitCallback(distance)
+    routing.SetArcCostEvaluatorOfAllVehicles(transit)
+    routing.AddDimension(transit, 0, int(dist.sum()) + 1, True, "distance")
+    order = routing.GetDimensionOrDie("distance")
+    load = np.concatenate(
+        [[0], np.rint(np.asarray(instance["load"]) * LOAD_SCALE), -np.rint(np.asarray(instance["load"]) * LOAD_SCALE)]
+    )
+    if load.any():
+        change = routing.RegisterUnaryTransitCallback(lambda i: int(load[manager.IndexToNode(i)]))
+        routing.AddDimensionWithVehicleCapacity(change, 0, [LOAD_SCALE], True, "load")
+    for k in range(1, half + 1):
+        pickup, delivery = manager.NodeToIndex(k), manager.NodeToIndex(k + half)
+        routing.AddPickupAndDelivery(pickup, delivery)
+        routing.solver().Add(routing.VehicleVar(pickup) == routing.VehicleVar(delivery))
+        routing.solver().Add(order.CumulVar(pickup) <= order.CumulVar(delivery))
+    params = pywrapcp.DefaultRoutingSearchParameters()
+    params.first_solution_strategy = enums.FirstSolutionStrategy.PARALLEL_CHEAPEST_INSERTION
+    params.local_search_metaheuristic = enums.LocalSearchMetaheuristic.GUIDED_LOCAL_SEARCH
+    params.time_limit.FromMilliseconds(max(1, int(seconds * 1000)))
+    solution = routing.SolveWithParameters(params)
+    if solution is None:
+        raise ValueError("OR-Tools found no pickup-and-delivery solution")
+    tour, index = [], solution.Value(routing.NextVar(routing.Start(0)))
+    while not routing.IsEnd(index):
+        tour.append(manager.IndexToNode(index))
+        index = solution.Value(routing.NextVar(index))
+    return np.asarray(tour + [0])
+
+
+def _ortools_routing():
+    try:
+        from ortools.constraint_solver import pywrapcp, routing_enums_pb2
+    except ImportError as exc:
+        raise ImportError("--reference-solver ortools needs OR-Tools: pip install ortools") from exc
+    return pywrapcp, routing_enums_pb2
+
+
+def cpsat_prize_tour(instance: dict, seconds: float, min_prize: float = 1.0) -> np.ndarray:
+    """One tour from the depot by OR-Tools CP-SAT, exact on the scaled integer data when it proves
+    optimality within ``seconds`` (else its best tour): orienteering (``max_length`` given: the most
+    prize within the length budget) or the prize-collecting TSP (the least length + penalties of the
+    skipped customers, collecting at least ``min_prize`` or visiting every customer). A circuit over
+    depot and customers where a customer's self-loop means it is skipped. Returns actions (the
+    customers in order, then the depot)."""
+    try:
+        from ortools.sat.python import cp_model
+    except ImportError as exc:
+        raise ImportError("--reference-solver ortools needs OR-Tools: pip install ortools") from exc
+    dist = scaled_distances(instance)
+    n = len(instance["coords"])
+    orienteering = "max_length" in instance
+    if orienteering:  # customers that fit no tour are left out of the model
+        budget = int(np.floor(float(instance["max_length"]) * UNIT_SCALE + 1e-6))
+        usable = [i for i in range(1, n + 1) if dist[0, i] + dist[i, 0] <= budget]
+        if not usable:
+            return np.asarray([0])
+    else:
+        usable = list(range(1, n + 1))
+    model = cp_model.CpModel()
+    nodes = [0, *usable]
+    arcs, used = [], {}
+    for i in nodes:
+        for j in nodes:
+            if i != j:
+                used[i, j] = model.NewBoolVar(f"x{i}_{j}")
+                arcs.append((i, j, used[i, j]))
+    visited = {i: model.NewBoolVar(f"v{i}") for i in usable}
+    for i in usable:
+        arcs.append((i, i, visited[i].Not()))  # the self-loop: skipped
+    model.AddCircuit(arcs)
+    model.AddBoolOr(list(visited.values()))  # at least one customer: the depot is on a real tour
+    length = sum(int(dist[i, j]) * x for (i, j), x in used.items())
+    prize = np.asarray(instance["prize"])
+    if orienteering:
+        model.Add(length <= budget)
+        model.Maximize(sum(int(np.rint(prize[i - 1] * UNIT_SCALE)) * visited[i] for i in usable))
+    else:
+        needed = min(min_prize, float(prize.sum()))
+        if needed >= float(prize.sum()) - 1e-9:
+            model.Add(sum(visited.values()) == n)
+        else:  # prizes rounded down, the minimum up: enough on the integer data is enough on the real one
+            model.Add(
+                sum(int(np.floor(prize[i - 1] * UNIT_SCALE)) * visited[i] for i in usable)
+                >= int(np.ceil(needed * UNIT_SCALE))
+            )
+        penalty = np.asarray(instance["penalty"])
+        model.Minimize(length + sum(int(np.rint(penalty[i - 1] * UNIT_SCALE)) * visited[i].Not() for i in usable))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(seconds)
+    solver.parameters.num_workers = 1
+    status = solver.Solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise ValueError(f"CP-SAT found no tour within {seconds:g} s; raise --solver-seconds")
+    successor = {i: j for (i, j), x in used.items() if solver.Value(x)}
+    tour, node = [], successor[0]
+    while node != 0:
+        tour.append(node)
+        node = successor[node]
+    return np.asarray(tour + [0])
+
+
+FAMILY_SOLVERS = {
+    "mrcvrp": pyvrp_family_tour,
+    "pcvrp": pyvrp_family_tour,
+    "pdp": ortools_pdp_tour,
+    "op": cpsat_prize_tour,
+    "pctsp": cpsat_prize_tour,
+}
+"""problem -> solver(instance arrays, seconds) -> tour (actions), for the further constraint families."""

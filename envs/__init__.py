@@ -1,18 +1,25 @@
 """Bi-level vectorized NumPy environments for routing problems, registered with gymnasium.
 
 ``import envs`` registers ``tsp-v0``, ``cvrp-v0``, the 15 other VRP variants (``ovrp-v0`` ..
-``ovrpbltw-v0``, see ``envs.vrp``) and ``mtvrp-v0`` (the VRP attributes drawn per instance):
+``ovrpbltw-v0``, see ``envs.vrp``), ``mtvrp-v0`` (the VRP attributes drawn per instance), and the
+further constraint families: ``mrcvrp-v0`` (two resources, ``envs.mrcvrp``), ``pdp-v0`` and
+``cpdp-v0`` (pickup and delivery, ``envs.pdp``), ``op-v0`` (with ``op-const-v0`` / ``op-unif-v0`` for
+Kool et al.'s other prize types), ``pctsp-v0`` and ``pcvrp-v0`` (prize collecting, ``envs.prize``):
 ``gymnasium.make("vrptw-v0", num_nodes=50, n_traj=50)`` gives one instance x N trajectories;
 ``gymnasium.make_vec("tsp-v0", num_envs=1024, vectorization_mode="vector_entry_point",
 num_nodes=50, n_traj=50)`` gives the native M x N vector env.
 """
 
 import gymnasium as gym
+import numpy as np
 
 from envs.cvrp import CVRPEnv, CVRPVectorEnv
-from envs.instances import check_instances, cvrp_capacity, kool_dataset, random_instances
+from envs.instances import KOOL_SEEDS, check_instances, cvrp_capacity, kool_dataset, random_instances, standard_count
+from envs.mrcvrp import MRCVRPEnv, MRCVRPVectorEnv
+from envs.pdp import PDPEnv, PDPVectorEnv
+from envs.prize import OPEnv, OPVectorEnv, PCTSPEnv, PCTSPVectorEnv, PCVRPEnv, PCVRPVectorEnv
 from envs.tsp import TSPEnv, TSPVectorEnv
-from envs.vrp import MIXED, VARIANTS, VRPEnv, VRPVectorEnv, vrp_dataset
+from envs.vrp import MIXED, TEST_SET_SIZE, VARIANTS, VRPEnv, VRPVectorEnv, vrp_dataset
 
 ENV_IDS = {"tsp-v0": "tsp", "cvrp-v0": "cvrp"}
 """env id -> problem (the model family: tsp, cvrp, or mtvrp for the multi-task VRP env)."""
@@ -20,24 +27,50 @@ ENV_VARIANTS = {f"{name}-v0": name for name in VARIANTS if name != "cvrp"} | {"m
 """env id -> VRP variant of the multi-task env (``cvrp-v0`` keeps its own env and model, which the
 published RLOR checkpoint needs; the multi-task env's "cvrp" variant is the same problem)."""
 ENV_IDS |= dict.fromkeys(ENV_VARIANTS, "mtvrp")
+FAMILY_ENVS = {  # env id -> (single env, vector env, variant or None)
+    "mrcvrp-v0": (MRCVRPEnv, MRCVRPVectorEnv, None),
+    "pdp-v0": (PDPEnv, PDPVectorEnv, "pdp"),
+    "cpdp-v0": (PDPEnv, PDPVectorEnv, "cpdp"),
+    "op-v0": (OPEnv, OPVectorEnv, "dist"),
+    "op-const-v0": (OPEnv, OPVectorEnv, "const"),
+    "op-unif-v0": (OPEnv, OPVectorEnv, "unif"),
+    "pctsp-v0": (PCTSPEnv, PCTSPVectorEnv, None),
+    "pcvrp-v0": (PCVRPEnv, PCVRPVectorEnv, None),
+}
+ENV_IDS |= {env_id: vector.problem for env_id, (_, vector, _) in FAMILY_ENVS.items()}
+ENV_VARIANTS |= {env_id: variant for env_id, (_, _, variant) in FAMILY_ENVS.items() if variant}
 VECTOR_ENVS = {"tsp": TSPVectorEnv, "cvrp": CVRPVectorEnv, "mtvrp": VRPVectorEnv}
+VECTOR_ENVS |= {vector.problem: vector for _, vector, _ in FAMILY_ENVS.values()}
+
+
+def start_count(problem: str, num_nodes: int) -> int:
+    """How many distinct first actions a multi-start rollout has (TSP: every node; the depot problems:
+    every customer; pickup and delivery: the pickups)."""
+    return len(VECTOR_ENVS[problem](num_envs=1, num_nodes=num_nodes).start_actions)
 
 
 def standard_dataset(
     problem: str, num_nodes: int, split: str = "test", num_instances: int | None = None, variant: str | None = None
 ) -> dict:
     """The fixed test ("test") or validation ("val") set of a problem: Kool et al.'s for TSP and CVRP,
-    the multi-task generator's for ``variant`` (default: mixed) of the VRP (``envs.vrp.vrp_dataset``)."""
+    the multi-task generator's for ``variant`` (default: mixed) of the VRP (``envs.vrp.vrp_dataset``);
+    for the other families the first ``num_instances`` of 1,000 instances their env draws from seed
+    1234 (test) or 4321 (val), of ``variant`` where the family has several."""
     if problem == "mtvrp":
         return vrp_dataset(variant or MIXED, num_nodes, split, num_instances)
-    return kool_dataset(problem, num_nodes, split, num_instances)
+    if problem in ("tsp", "cvrp"):
+        return kool_dataset(problem, num_nodes, split, num_instances)
+    count = standard_count(split, num_instances, TEST_SET_SIZE)
+    env = VECTOR_ENVS[problem](num_envs=1, num_nodes=num_nodes, **({"variant": variant} if variant else {}))
+    env.rng = np.random.default_rng(KOOL_SEEDS[split])
+    return {key: value[:count] for key, value in env.random_instances(TEST_SET_SIZE).items()}
 
 
 for _env_id, _single, _vector in (("tsp-v0", TSPEnv, TSPVectorEnv), ("cvrp-v0", CVRPEnv, CVRPVectorEnv)):
     if _env_id not in gym.registry:
         gym.register(id=_env_id, entry_point=_single, vector_entry_point=_vector, disable_env_checker=True)
 for _env_id, _variant in ENV_VARIANTS.items():
-    if _env_id not in gym.registry:
+    if _env_id not in gym.registry and ENV_IDS[_env_id] == "mtvrp":
         gym.register(
             id=_env_id,
             entry_point=VRPEnv,
@@ -45,12 +78,22 @@ for _env_id, _variant in ENV_VARIANTS.items():
             disable_env_checker=True,
             kwargs={"variant": _variant},
         )
+for _env_id, (_single, _vector, _variant) in FAMILY_ENVS.items():
+    if _env_id not in gym.registry:
+        gym.register(
+            id=_env_id,
+            entry_point=_single,
+            vector_entry_point=_vector,
+            disable_env_checker=True,
+            kwargs={"variant": _variant} if _variant else {},
+        )
 
 __all__ = [
     "CVRPEnv",
     "CVRPVectorEnv",
     "ENV_IDS",
     "ENV_VARIANTS",
+    "FAMILY_ENVS",
     "TSPEnv",
     "TSPVectorEnv",
     "VECTOR_ENVS",
@@ -61,4 +104,5 @@ __all__ = [
     "kool_dataset",
     "random_instances",
     "standard_dataset",
+    "start_count",
 ]

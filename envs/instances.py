@@ -24,6 +24,11 @@ STATIC_KEYS = {
         "distance_limit",
         "open_route",
     ),
+    "mrcvrp": ("depot", "coords", "demand"),  # demand [M, n, R], see envs.mrcvrp
+    "pdp": ("depot", "coords", "load"),  # see envs.pdp
+    "op": ("depot", "coords", "prize", "max_length"),  # the prize-collecting problems, see envs.prize
+    "pctsp": ("depot", "coords", "prize", "penalty"),
+    "pcvrp": ("depot", "coords", "demand", "prize"),
 }
 KOOL_CAPACITY = {10: 20.0, 20: 30.0, 50: 40.0, 100: 50.0}
 KOOL_SEEDS = {"test": 1234, "val": 4321}

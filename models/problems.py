@@ -7,6 +7,8 @@ Its projection is split so that the node part is projected once per instance in 
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -200,3 +202,81 @@ class VRPContext(nn.Module):
 
 
 PROBLEM_MODULES["mtvrp"] = (VRPEmbedding, VRPContext)
+
+
+class DepotEmbedding(StaticEmbedding):
+    """The depot problems whose nodes carry fixed features: depot [B, 2] -> one linear map; each
+    customer's [coords ; the static arrays ``keys``] ([B, n] or [B, n, R] each, ``features`` columns in
+    all) -> another. -> node embeddings [B, n + 1, d], depot first."""
+
+    def __init__(self, embed_dim: int, keys: tuple, features: int):
+        super().__init__()
+        self.keys = keys
+        self.depot = nn.Linear(2, embed_dim)
+        self.node = nn.Linear(features, embed_dim)
+
+    def forward(self, static: dict) -> torch.Tensor:
+        columns = [static["coords"]] + [x if x.dim() == 3 else x[..., None] for x in (static[k] for k in self.keys)]
+        return torch.cat([self.depot(static["depot"])[:, None], self.node(torch.cat(columns, dim=-1))], dim=1)
+
+
+class LastNodeContext(nn.Module):
+    """[last node embedding ; the dynamic arrays ``keys`` ([B, N] or [B, N, R] each, ``features``
+    columns in all)]: CVRPContext for any set of scalar state features."""
+
+    node_slots = 1
+
+    def __init__(self, embed_dim: int, keys: tuple, features: int):
+        super().__init__()
+        self.keys, self.num_features = keys, features
+        self.context_dim = embed_dim + features
+
+    def node_rows(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """[B, n + 1, 1, d]: the nodes' projected embeddings."""
+        return project_slots(h, weight, self.node_slots)
+
+    def forward(self, cache, state: dict, weight: torch.Tensor) -> torch.Tensor:
+        """Projected step context [B, N, d]; ``weight`` [d, d + features] is the context projection."""
+        last = sum_slot_rows(cache.node_context, state["last_node"][..., None])
+        features = torch.cat([x if x.dim() == 3 else x[..., None] for x in (state[k] for k in self.keys)], dim=-1)
+        return last + features @ weight[:, -self.num_features :].T
+
+
+class PDPEmbedding(StaticEmbedding):
+    """Pickup and delivery (``envs.pdp``): depot [B, 2]; each pickup [its coords ; its delivery's
+    coords ; the pair's load] and each delivery [its coords ; its pickup's coords ; the load], by two
+    linear maps, so that a node knows its partner (as in RL4CO's PDP embedding). -> [B, n + 1, d]."""
+
+    def __init__(self, embed_dim: int):
+        super().__init__()
+        self.depot = nn.Linear(2, embed_dim)
+        self.pickup = nn.Linear(5, embed_dim)
+        self.delivery = nn.Linear(5, embed_dim)
+
+    def forward(self, static: dict) -> torch.Tensor:
+        pickups, deliveries = static["coords"].chunk(2, dim=1)
+        load = static["load"][..., None]
+        return torch.cat(
+            [
+                self.depot(static["depot"])[:, None],
+                self.pickup(torch.cat([pickups, deliveries, load], dim=-1)),
+                self.delivery(torch.cat([deliveries, pickups, load], dim=-1)),
+            ],
+            dim=1,
+        )
+
+
+def _family(keys: tuple, features: int, context: tuple, context_features: int) -> tuple:
+    return (
+        partial(DepotEmbedding, keys=keys, features=features),
+        partial(LastNodeContext, keys=context, features=context_features),
+    )
+
+
+PROBLEM_MODULES |= {
+    "mrcvrp": _family(("demand",), 4, ("current_load",), 2),  # two resources
+    "pdp": (PDPEmbedding, partial(LastNodeContext, keys=("current_load",), features=1)),
+    "op": _family(("prize",), 3, ("remaining_length",), 1),
+    "pctsp": _family(("prize", "penalty"), 4, ("remaining_prize",), 1),
+    "pcvrp": _family(("demand", "prize"), 4, ("current_load",), 1),
+}

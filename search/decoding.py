@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from envs import VECTOR_ENVS
+from envs import VECTOR_ENVS, start_count
 from models.agent import Agent, sample
 from models.state import StateWrapper
-from search.solutions import InvalidTourError, tour_length, validate_tour, vrp_cost
+from search.solutions import COSTS, InvalidTourError, tour_length, validate_tour
 
 DECODES = ("greedy", "multi-greedy", "sampling")
 SYMMETRIES = 8
@@ -67,6 +67,14 @@ def forced_actions(mask: np.ndarray) -> np.ndarray | None:
     return None
 
 
+def allowed_or_first(actions: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Forced first actions [M, N], each replaced by the first allowed action where the mask [M, N, A]
+    forbids it (an orienteering customer too far for a tour of its own, or fewer allowed start nodes
+    than trajectories): such a trajectory repeats another start."""
+    allowed = np.take_along_axis(mask, actions[..., None], axis=-1)[..., 0]
+    return np.where(allowed, actions, mask.argmax(-1))
+
+
 @torch.no_grad()
 def rollout(
     agent: Agent,
@@ -100,19 +108,18 @@ def rollout(
         if len(actions) >= env.max_episode_steps:
             raise RuntimeError(f"{problem} rollout did not finish within {env.max_episode_steps} steps")
         mask = obs["action_mask"]
-        if num_starts == num_nodes and not actions:
-            action = np.broadcast_to(env.start_actions, (num_envs, n_traj))
+        if num_starts == len(env.start_actions) and not actions:
+            action = allowed_or_first(np.broadcast_to(env.start_actions, (num_envs, n_traj)), mask)
         elif (forced := forced_actions(mask)) is not None:
             action = forced
         else:
             logits, _ = agent(agent.encode(static) if reencode else cache, wrapper.state(static, obs), with_value=False)
             if num_starts is not None and not actions:
-                action = logits[:, 0].topk(num_starts, dim=-1).indices
+                action = allowed_or_first(wrapper.numpy(logits[:, 0].topk(num_starts, dim=-1).indices), mask)
             elif greedy:
-                action = logits.argmax(-1)
+                action = wrapper.numpy(logits.argmax(-1))
             else:
-                action = sample(torch.log_softmax(logits, -1), generator)
-            action = wrapper.numpy(action)
+                action = wrapper.numpy(sample(torch.log_softmax(logits, -1), generator))
         steps += ~env.terminated
         obs, reward, _, _, _ = env.step(action)
         lengths -= reward
@@ -144,7 +151,7 @@ def decode(
     """
     problem = agent.problem
     num_instances, num_nodes = instances["coords"].shape[:2]
-    starts = num_nodes  # distinct first nodes: every TSP node, every CVRP customer
+    starts = start_count(problem, num_nodes)  # distinct first nodes: every TSP node, every customer, every pickup
     if decode not in DECODES:
         raise ValueError(f"decode must be one of {DECODES}, got {decode!r}")
     if decode == "multi-greedy":
@@ -199,8 +206,8 @@ def check_solutions(problem: str, instances: dict, tours: list, lengths: np.ndar
         if problem == "tsp":
             validate_tour(problem, tour, num_nodes)
             length = tour_length(instances["coords"][b], tour, closed=True)
-        elif problem == "mtvrp":
-            length = vrp_cost({key: value[b] for key, value in instances.items()}, tour)
+        elif problem in COSTS:
+            length = COSTS[problem]({key: value[b] for key, value in instances.items()}, tour)
         else:
             validate_tour(problem, tour, num_nodes, instances["demand"][b])
             points = np.concatenate([instances["depot"][b][None], instances["coords"][b]])

@@ -122,3 +122,115 @@ def vrp_cost(instance: dict, tour: np.ndarray) -> float:
         if length > limit + TIME_TOLERANCE:
             raise InvalidTourError(f"VRP route {stops} is longer ({length:.4f}) than the distance limit {limit:g}")
     return cost
+
+
+def _points(instance: dict) -> np.ndarray:
+    return np.concatenate([np.asarray(instance["depot"])[None], instance["coords"]])
+
+
+def _visits(kind: str, tour: np.ndarray, num_nodes: int) -> np.ndarray:
+    """The customers of ``tour`` (actions 0 = depot .. n, ending at the depot), each at most once."""
+    tour = np.asarray(tour)
+    if tour.size == 0 or tour[-1] != 0:
+        raise InvalidTourError(f"{kind} tour does not end at the depot")
+    served = tour[tour != 0]
+    if served.size and (served.min() < 1 or served.max() > num_nodes):
+        raise InvalidTourError(f"{kind} tour visits a node outside 1..{num_nodes}")
+    if len(np.unique(served)) != len(served):
+        raise InvalidTourError(f"{kind} tour visits a customer twice")
+    return served
+
+
+def mrcvrp_cost(instance: dict, tour: np.ndarray) -> float:
+    """Checks a multi-resource CVRP solution (``envs.mrcvrp``: every customer once, each route's load
+    within capacity in every dimension) and returns its length."""
+    tour = np.asarray(tour)
+    check_routes("MRCVRP", tour, len(instance["coords"]))
+    demand = np.asarray(instance["demand"])
+    for route in np.split(tour, np.flatnonzero(tour == 0)[:-1] + 1):
+        load = demand[route[route != 0] - 1].sum(0)
+        if (load > 1 + CAPACITY_TOLERANCE).any():
+            raise InvalidTourError(
+                f"MRCVRP route {route.tolist()} exceeds a capacity (loads {np.round(load, 4).tolist()})"
+            )
+    return tour_length(_points(instance), np.concatenate([[0], tour]), closed=False)
+
+
+def pdp_cost(instance: dict, tour: np.ndarray) -> float:
+    """Checks a pickup-and-delivery solution (``envs.pdp``: one route visiting every node once, the
+    delivery i + n/2 after its pickup i, the load on board within capacity) and returns its length."""
+    tour = np.asarray(tour)
+    n = len(instance["coords"])
+    served = _visits("PDP", tour, n)
+    if len(tour) != n + 1 or len(served) != n:
+        raise InvalidTourError(f"PDP tour does not visit each of the {n} nodes exactly once in one route")
+    position = np.empty(n + 1, dtype=np.int64)
+    position[served] = np.arange(n)
+    half = n // 2
+    late = position[1 : half + 1] > position[half + 1 :]
+    if late.any():
+        raise InvalidTourError(f"PDP tour delivers pair {int(np.argmax(late)) + 1} before picking it up")
+    load = np.asarray(instance["load"])
+    on_board = np.cumsum(np.where(served <= half, load[(served - 1) % half], -load[(served - 1) % half]))
+    if on_board.size and on_board.max() > 1 + CAPACITY_TOLERANCE:
+        raise InvalidTourError(f"PDP tour carries {on_board.max():.4f} of the capacity at once")
+    return tour_length(_points(instance), np.concatenate([[0], tour]), closed=False)
+
+
+def op_cost(instance: dict, tour: np.ndarray) -> float:
+    """Checks an orienteering solution (``envs.prize``: one tour from the depot, each customer at most
+    once, length within ``max_length``) and returns its cost: minus the collected prize."""
+    served = _visits("OP", tour, len(instance["coords"]))
+    if len(served) != len(tour) - 1:
+        raise InvalidTourError("OP solution is not a single tour")
+    length = tour_length(_points(instance), np.concatenate([[0], tour]), closed=False)
+    if length > float(instance["max_length"]) + TIME_TOLERANCE:
+        raise InvalidTourError(f"OP tour is longer ({length:.4f}) than the limit {float(instance['max_length']):g}")
+    return -float(np.asarray(instance["prize"])[served - 1].sum())
+
+
+def pctsp_cost(instance: dict, tour: np.ndarray, min_prize: float = 1.0) -> float:
+    """Checks a prize-collecting TSP solution (``envs.prize``: one tour from the depot, each customer
+    at most once, at least ``min_prize`` collected unless every customer is visited) and returns its
+    cost: length + penalties of the skipped customers."""
+    n = len(instance["coords"])
+    served = _visits("PCTSP", tour, n)
+    if len(served) != len(tour) - 1 or len(served) == 0:
+        raise InvalidTourError("PCTSP solution is not a single tour through at least one customer")
+    prize = np.asarray(instance["prize"])
+    if prize[served - 1].sum() < min_prize - CAPACITY_TOLERANCE and len(served) < n:
+        raise InvalidTourError(f"PCTSP tour collects {prize[served - 1].sum():.4f}, below the minimum {min_prize:g}")
+    skipped = np.setdiff1d(np.arange(1, n + 1), served)
+    length = tour_length(_points(instance), np.concatenate([[0], tour]), closed=False)
+    return length + float(np.asarray(instance["penalty"])[skipped - 1].sum())
+
+
+def pcvrp_cost(instance: dict, tour: np.ndarray) -> float:
+    """Checks a prize-collecting CVRP solution (``envs.prize``: routes from the depot, each customer at
+    most once, each route's load within capacity; a final extra depot action closes the episode) and
+    returns its cost: length + prizes of the customers not visited (PyVRP's objective)."""
+    tour = np.asarray(tour)
+    n = len(instance["coords"])
+    served = _visits("PCVRP", tour, n)
+    routes = tour[:-1] if len(tour) > 1 and tour[-1] == 0 and tour[-2] == 0 else tour  # the closing action
+    if len(routes) > 1 and np.any((routes[1:] == 0) & (routes[:-1] == 0)):
+        raise InvalidTourError("PCVRP tour has an empty route (the depot twice in a row)")
+    demand = np.asarray(instance["demand"])
+    for route in np.split(routes, np.flatnonzero(routes == 0)[:-1] + 1):
+        if demand[route[route != 0] - 1].sum() > 1 + CAPACITY_TOLERANCE:
+            raise InvalidTourError(f"PCVRP route {route.tolist()} exceeds the vehicle capacity")
+    skipped = np.setdiff1d(np.arange(1, n + 1), served)
+    length = tour_length(_points(instance), np.concatenate([[0], tour]), closed=False)
+    return length + float(np.asarray(instance["prize"])[skipped - 1].sum())
+
+
+COSTS = {
+    "mtvrp": vrp_cost,
+    "mrcvrp": mrcvrp_cost,
+    "pdp": pdp_cost,
+    "op": op_cost,
+    "pctsp": pctsp_cost,
+    "pcvrp": pcvrp_cost,
+}
+"""problem -> cost(instance arrays without the instance axis, tour): checks the solution, returns its
+cost (what the env's summed rewards are minus)."""

@@ -192,7 +192,7 @@ def test_bad_inputs_fail_with_a_message(tmp_path, small_checkpoints):
     assert "read as a Solomon VRPTW instance, but the model solves TSP" in fails(
         "--checkpoint", tsp, "--data", str(text)
     )
-    assert "--variant vrptw is for VRP models" in fails("--checkpoint", tsp, "--variant", "vrptw")
+    assert "--variant vrptw does not fit this TSP model" in fails("--checkpoint", tsp, "--variant", "vrptw")
     garbage = tmp_path / "garbage.npz"
     garbage.write_bytes(b"not a zip")
     assert "not a readable .npz" in fails("--checkpoint", tsp, "--data", str(garbage))
