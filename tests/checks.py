@@ -101,3 +101,93 @@ def check_vrp_actions(actions, instance) -> float:
     if not is_open:
         assert driven == 0.0
     return total
+
+
+def _strip_padding(actions) -> list:
+    """A whole padded action sequence without the depot repeats at its end (a finished trajectory
+    stays at the depot), one depot action kept."""
+    actions = [int(a) for a in actions]
+    while len(actions) > 1 and actions[-1] == 0 and actions[-2] == 0:
+        actions.pop()
+    return actions
+
+
+def check_mrcvrp_actions(actions, depot, coords, demand) -> float:
+    """Asserts that a multi-resource CVRP action sequence (``demand`` [n][R], fractions of each
+    capacity) serves every customer once with every route within every capacity; returns its length."""
+    route = _strip_padding(actions)
+    n = len(coords)
+    assert route[-1] == 0, "does not end at the depot"
+    assert sorted(a for a in route if a) == list(range(1, n + 1)), "not every customer served exactly once"
+    load = [0.0] * len(demand[0])
+    for prev, a in zip([0] + route[:-1], route, strict=True):
+        assert not (prev == 0 and a == 0), "depot twice in a row"
+        load = [0.0] * len(load) if a == 0 else [x + float(d) for x, d in zip(load, demand[a - 1], strict=True)]
+        assert max(load) <= 1 + 1e-5, f"route load {load} exceeds a capacity"
+    return path_length([tuple(depot)] + [tuple(c) for c in coords], [0] + route)
+
+
+def check_pdp_actions(actions, depot, coords, load) -> float:
+    """Asserts that a pickup-and-delivery action sequence visits all n nodes once in one route from the
+    depot, node i + n/2 after node i, the load on board (``load`` [n/2] per pair) never above 1, then
+    returns to the depot; returns its length."""
+    route = _strip_padding(actions)
+    n, half = len(coords), len(coords) // 2
+    assert route[-1] == 0 and 0 not in route[:-1], "not one route ending at the depot"
+    assert sorted(route[:-1]) == list(range(1, n + 1)), "not every node visited exactly once"
+    seen, on_board = set(), 0.0
+    for a in route[:-1]:
+        if a > half:
+            assert a - half in seen, f"delivery {a} before its pickup {a - half}"
+            on_board -= float(load[a - half - 1])
+        else:
+            on_board += float(load[a - 1])
+        assert on_board <= 1 + 1e-5, f"load on board {on_board} above capacity"
+        seen.add(a)
+    return path_length([tuple(depot)] + [tuple(c) for c in coords], [0] + route)
+
+
+def _one_tour(actions) -> list:
+    route = _strip_padding(actions)
+    assert route[-1] == 0 and 0 not in route[:-1], "not one tour ending at the depot"
+    assert len(set(route[:-1])) == len(route) - 1, "a customer visited twice"
+    return route
+
+
+def check_op_actions(actions, instance) -> float:
+    """Asserts that an orienteering action sequence is one tour within ``max_length``; returns its
+    cost, minus the collected prize."""
+    route = _one_tour(actions)
+    points = [tuple(instance["depot"])] + [tuple(c) for c in instance["coords"]]
+    assert path_length(points, [0] + route) <= float(instance["max_length"]) + 1e-4, "tour longer than the limit"
+    return -sum(float(instance["prize"][a - 1]) for a in route[:-1])
+
+
+def check_pctsp_actions(actions, instance) -> float:
+    """Asserts that a PCTSP action sequence is one tour collecting at least 1 (or visiting everyone);
+    returns length + penalties of the skipped customers."""
+    route = _one_tour(actions)
+    n = len(instance["coords"])
+    collected = sum(float(instance["prize"][a - 1]) for a in route[:-1])
+    assert len(route) > 1, "an empty tour"
+    assert collected >= 1 - 1e-5 or len(route) - 1 == n, f"collected {collected} < 1"
+    points = [tuple(instance["depot"])] + [tuple(c) for c in instance["coords"]]
+    skipped = set(range(1, n + 1)) - set(route)
+    return path_length(points, [0] + route) + sum(float(instance["penalty"][a - 1]) for a in skipped)
+
+
+def check_pcvrp_actions(actions, instance) -> float:
+    """Asserts that a prize-collecting CVRP action sequence has routes within capacity, each customer
+    at most once; returns length + prizes of the customers not visited."""
+    route = _strip_padding(actions)
+    n = len(instance["coords"])
+    assert route[-1] == 0, "does not end at the depot"
+    served = [a for a in route if a]
+    assert len(served) == len(set(served)), "a customer visited twice"
+    load = 0.0
+    for a in route:
+        load = 0.0 if a == 0 else load + float(instance["demand"][a - 1])
+        assert load <= 1 + 1e-5, "route load above capacity"
+    points = [tuple(instance["depot"])] + [tuple(c) for c in instance["coords"]]
+    skipped = set(range(1, n + 1)) - set(served)
+    return path_length(points, [0] + route) + sum(float(instance["prize"][a - 1]) for a in skipped)
