@@ -174,11 +174,14 @@ def plot_routes(path: str, groups: list, results: list, count: int) -> None:
         tour = result["tours"][i]
         nodes = np.concatenate([tour, tour[:1]]) if group.problem == "tsp" else np.concatenate([[0], tour])
         free_returns = group.free_returns(i)
+        depots = len(group.instances["depots"][i]) if group.problem == "mdvrp" else 1
         for a, b in zip(nodes[:-1], nodes[1:], strict=True):  # an open route's free return is dotted
+            if a < depots and b < depots:  # a move between depots before a route: not driven
+                continue
             style = ":" if free_returns and b == 0 else "-"
             ax.plot(points[[a, b], 0], points[[a, b], 1], style, lw=1, color="tab:blue")
         draw_nodes(ax, group, i, points, tour)
-        start = points[tour[:1]] if group.problem == "tsp" else points[:1]  # the tour's start, or the depot
+        start = points[tour[:1]] if group.problem == "tsp" else points[:depots]  # the tour's start, or the depots
         ax.scatter(start[:, 0], start[:, 1], s=60, marker="s", color="tab:red", zorder=4)
         decimals = {"nearest": 0, "tenth-down": 1}.get(group.rounding, 4)
         ax.set_title(f"{group.names[i]}: {result['lengths'][i]:,.{decimals}f}", fontsize=9)

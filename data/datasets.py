@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from envs import VECTOR_ENVS, standard_dataset
+from envs import VECTOR_ENVS, instance_kwargs, standard_dataset
 from envs.instances import STATIC_KEYS, check_instances
 from envs.vrp import STATIC_KEYS as VRP_KEYS
 from envs.vrp import check_vrp_instances
@@ -24,7 +24,7 @@ from search.solutions import COSTS, round_lengths, tour_length
 
 FILE_SUFFIXES = {".tsp": "tsp", ".vrp": "cvrp", ".txt": "mtvrp"}
 STANDARD_SETS = {"kool-test": "test", "kool-val": "val", "test": "test", "val": "val"}
-FAMILY_PROBLEMS = ("mrcvrp", "pdp", "op", "pctsp", "pcvrp")
+FAMILY_PROBLEMS = ("mrcvrp", "pdp", "op", "pctsp", "pcvrp", "mdvrp")
 """The further constraint families: generated and .npz data only, scored by ``search.solutions.COSTS``."""
 REFERENCE_COLUMNS = ("distance", "cost", "value", "length", "optimal_length", "best_known_cost", "reference")
 
@@ -74,6 +74,8 @@ class Dataset:
         if self.points is not None:
             return self.points[index]
         coords = self.instances["coords"][index]
+        if self.problem == "mdvrp":  # the depots first, as the actions
+            return np.concatenate([self.instances["depots"][index], coords])
         return coords if self.problem == "tsp" else np.concatenate([self.instances["depot"][index][None], coords])
 
 
@@ -210,9 +212,9 @@ def load_vrp_npz(path: Path, data: dict) -> Dataset:
 
 
 def load_family_npz(path: Path, problem: str, data: dict) -> Dataset:
-    """An .npz of the further families (multiple resources, pickup and delivery, prize collecting):
-    exactly the env's static arrays (``envs.instances.STATIC_KEYS[problem]``, unit square, demands and
-    loads as fractions of the capacity), optional ``reference`` [B]."""
+    """An .npz of the further families (multiple resources, pickup and delivery, prize collecting,
+    multiple depots): exactly the env's static arrays (``envs.instances.STATIC_KEYS[problem]``, unit
+    square, demands and loads as fractions of the capacity), optional ``reference`` [B]."""
     keys = STATIC_KEYS[problem]
     missing = [k for k in keys if k not in data]
     unknown = [k for k in data if k not in (*keys, "reference")]
@@ -225,8 +227,11 @@ def load_family_npz(path: Path, problem: str, data: dict) -> Dataset:
     if coords.ndim != 3:
         raise DataError(f"{path}: 'coords' must have shape [B, n, 2], got {list(coords.shape)}")
     try:
-        env = VECTOR_ENVS[problem](num_envs=coords.shape[0], num_nodes=coords.shape[1])
-        instances = env.check_instances({k: data[k] for k in keys})
+        instances = {k: data[k] for k in keys}
+        env = VECTOR_ENVS[problem](
+            num_envs=coords.shape[0], num_nodes=coords.shape[1], **instance_kwargs(problem, instances)
+        )
+        instances = env.check_instances(instances)
     except ValueError as exc:
         raise DataError(f"{path}: {exc}") from exc
     return npz_dataset(path, problem, instances, data)

@@ -25,7 +25,7 @@ from envs.instances import KOOL_SEEDS
 from search.solutions import vrp_cost
 
 UNIT_SCALE = 10_000
-SOLVERS = {"lkh": ("tsp",), "pyvrp": ("cvrp", "mtvrp", "mrcvrp", "pcvrp"), "ortools": ("pdp", "op", "pctsp")}
+SOLVERS = {"lkh": ("tsp",), "pyvrp": ("cvrp", "mtvrp", "mrcvrp", "pcvrp", "mdvrp"), "ortools": ("pdp", "op", "pctsp")}
 LOAD_SCALE = 1_000_000  # demands are fractions of the capacity
 
 
@@ -333,11 +333,65 @@ def cpsat_prize_tour(instance: dict, seconds: float, min_prize: float = 1.0) -> 
     return np.asarray(tour + [0])
 
 
+def pyvrp_mdvrp_tour(instance: dict, seconds: float) -> np.ndarray:
+    """PyVRP's best multi-depot solution within ``seconds`` (one vehicle type per depot, starting and
+    ending there; windows, service and the depots' horizon rounded conservatively as for the VRP), as
+    the env's actions: from depot 0, a move to the next route's depot where it differs, the route's
+    customers (k + i) and its return."""
+    try:
+        from pyvrp import Model
+        from pyvrp.stop import MaxRuntime
+    except ImportError as exc:
+        raise ImportError("--reference-solver pyvrp needs PyVRP: pip install pyvrp") from exc
+    depots, coords = np.asarray(instance["depots"]), np.asarray(instance["coords"])
+    k, n = len(depots), len(coords)
+    points = np.concatenate([depots, coords])
+    dist = np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1))
+    travel = np.ceil(dist * UNIT_SCALE - 1e-6).astype(np.int64)
+    windows, service = instance["time_windows"], instance["service_time"]
+
+    def down(x: float) -> dict:
+        return {"tw_late": int(np.floor(x * UNIT_SCALE + 1e-6))} if np.isfinite(x) else {}
+
+    def up(x: float) -> int:
+        return int(np.ceil(x * UNIT_SCALE - 1e-6))
+
+    model = Model()
+    nodes = [model.add_location(x=float(x), y=float(y)) for x, y in points]
+    for d in range(k):
+        depot = model.add_depot(nodes[d], tw_early=up(windows[d, 0]), **down(windows[d, 1]))
+        model.add_vehicle_type(
+            num_available=n, capacity=LOAD_SCALE, start_depot=depot, end_depot=depot, tw_early=up(windows[d, 0]),
+            **down(windows[d, 1]),
+        )  # fmt: skip
+    for i in range(n):
+        model.add_client(
+            nodes[k + i],
+            delivery=int(np.rint(instance["demand"][i] * LOAD_SCALE)),
+            service_duration=up(service[k + i]),
+            tw_early=up(windows[k + i, 0]),
+            **down(windows[k + i, 1]),
+        )
+    for i, a in enumerate(nodes):
+        for j, b in enumerate(nodes):
+            model.add_edge(a, b, distance=int(travel[i, j]), duration=int(travel[i, j]))
+    result = model.solve(stop=MaxRuntime(seconds), display=False)
+    tour, here = [], 0
+    for route in result.best.routes():
+        depot = route.start_depot()
+        if depot != here:
+            tour.append(depot)
+        tour += [k + activity.idx for activity in route if activity.is_client()] + [depot]
+        here = depot
+    return np.asarray(tour)
+
+
 FAMILY_SOLVERS = {
     "mrcvrp": pyvrp_family_tour,
     "pcvrp": pyvrp_family_tour,
     "pdp": ortools_pdp_tour,
     "op": cpsat_prize_tour,
     "pctsp": cpsat_prize_tour,
+    "mdvrp": pyvrp_mdvrp_tour,
 }
 """problem -> solver(instance arrays, seconds) -> tour (actions), for the further constraint families."""

@@ -4,7 +4,8 @@
 ``ovrpbltw-v0``, see ``envs.vrp``), ``mtvrp-v0`` (the VRP attributes drawn per instance), and the
 further constraint families: ``mrcvrp-v0`` (two resources, ``envs.mrcvrp``), ``pdp-v0`` and
 ``cpdp-v0`` (pickup and delivery, ``envs.pdp``), ``op-v0`` (with ``op-const-v0`` / ``op-unif-v0`` for
-Kool et al.'s other prize types), ``pctsp-v0`` and ``pcvrp-v0`` (prize collecting, ``envs.prize``):
+Kool et al.'s other prize types), ``pctsp-v0`` and ``pcvrp-v0`` (prize collecting, ``envs.prize``),
+``mdvrp-v0`` and ``mdvrptw-v0`` (multiple depots, ``envs.mdvrp``):
 ``gymnasium.make("vrptw-v0", num_nodes=50, n_traj=50)`` gives one instance x N trajectories;
 ``gymnasium.make_vec("tsp-v0", num_envs=1024, vectorization_mode="vector_entry_point",
 num_nodes=50, n_traj=50)`` gives the native M x N vector env.
@@ -15,6 +16,7 @@ import numpy as np
 
 from envs.cvrp import CVRPEnv, CVRPVectorEnv
 from envs.instances import KOOL_SEEDS, check_instances, cvrp_capacity, kool_dataset, random_instances, standard_count
+from envs.mdvrp import MDVRPEnv, MDVRPVectorEnv
 from envs.mrcvrp import MRCVRPEnv, MRCVRPVectorEnv
 from envs.pdp import PDPEnv, PDPVectorEnv
 from envs.prize import OPEnv, OPVectorEnv, PCTSPEnv, PCTSPVectorEnv, PCVRPEnv, PCVRPVectorEnv
@@ -36,6 +38,8 @@ FAMILY_ENVS = {  # env id -> (single env, vector env, variant or None)
     "op-unif-v0": (OPEnv, OPVectorEnv, "unif"),
     "pctsp-v0": (PCTSPEnv, PCTSPVectorEnv, None),
     "pcvrp-v0": (PCVRPEnv, PCVRPVectorEnv, None),
+    "mdvrp-v0": (MDVRPEnv, MDVRPVectorEnv, "mdvrp"),
+    "mdvrptw-v0": (MDVRPEnv, MDVRPVectorEnv, "mdvrptw"),
 }
 ENV_IDS |= {env_id: vector.problem for env_id, (_, vector, _) in FAMILY_ENVS.items()}
 ENV_VARIANTS |= {env_id: variant for env_id, (_, _, variant) in FAMILY_ENVS.items() if variant}
@@ -43,10 +47,18 @@ VECTOR_ENVS = {"tsp": TSPVectorEnv, "cvrp": CVRPVectorEnv, "mtvrp": VRPVectorEnv
 VECTOR_ENVS |= {vector.problem: vector for _, vector, _ in FAMILY_ENVS.values()}
 
 
-def start_count(problem: str, num_nodes: int) -> int:
+def instance_kwargs(problem: str, instances: dict) -> dict:
+    """The env arguments that fixed ``instances`` (static arrays [M, ...]) set: the number of depots of
+    multi-depot instances."""
+    shape = np.shape(instances.get("depots")) if problem == "mdvrp" else ()
+    return {"num_depots": shape[1]} if len(shape) == 3 and shape[1] >= 1 else {}
+
+
+def start_count(problem: str, num_nodes: int, **kwargs) -> int:
     """How many distinct first actions a multi-start rollout has (TSP: every node; the depot problems:
-    every customer; pickup and delivery: the pickups)."""
-    return len(VECTOR_ENVS[problem](num_envs=1, num_nodes=num_nodes).start_actions)
+    every customer; pickup and delivery: the pickups; multiple depots: the customers and the other
+    depots). ``kwargs``: further env arguments (``instance_kwargs``)."""
+    return len(VECTOR_ENVS[problem](num_envs=1, num_nodes=num_nodes, **kwargs).start_actions)
 
 
 def standard_dataset(
@@ -104,5 +116,6 @@ __all__ = [
     "kool_dataset",
     "random_instances",
     "standard_dataset",
+    "instance_kwargs",
     "start_count",
 ]

@@ -280,3 +280,50 @@ PROBLEM_MODULES |= {
     "pctsp": _family(("prize", "penalty"), 4, ("remaining_prize",), 1),
     "pcvrp": _family(("demand", "prize"), 4, ("current_load",), 1),
 }
+
+
+class MDVRPEmbedding(StaticEmbedding):
+    """Multiple depots (``envs.mdvrp``): each depot [x, y, window opening and closing (0 if none)] and
+    each customer [x, y, demand, window opening and closing (0 if none), service time], by two linear
+    maps. -> node embeddings [B, k + n, d], depots first (the action order)."""
+
+    def __init__(self, embed_dim: int):
+        super().__init__()
+        self.depot = nn.Linear(4, embed_dim)
+        self.node = nn.Linear(6, embed_dim)
+
+    def forward(self, static: dict) -> torch.Tensor:
+        k = static["depots"].shape[1]
+        windows = finite_or_zero(static["time_windows"])  # [B, k + n, 2]
+        depots = torch.cat([static["depots"], windows[:, :k]], dim=-1)
+        customers = torch.cat(
+            [static["coords"], static["demand"][..., None], windows[:, k:], static["service_time"][:, k:, None]], dim=-1
+        )
+        return torch.cat([self.depot(depots), self.node(customers)], dim=1)
+
+
+class MDVRPContext(nn.Module):
+    """[last node embedding ; the current route's depot embedding ; remaining load, current time (0
+    without time windows)]: the route's depot is where it must return."""
+
+    node_slots = 2
+    num_features = 2
+
+    def __init__(self, embed_dim: int):
+        super().__init__()
+        self.context_dim = 2 * embed_dim + self.num_features
+
+    def node_rows(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """[B, k + n, 2, d]: the nodes' embeddings projected by both node slots."""
+        return project_slots(h, weight, self.node_slots)
+
+    def forward(self, cache, state: dict, weight: torch.Tensor) -> torch.Tensor:
+        """Projected step context [B, N, d]; ``weight`` [d, 2d + 2] is the context projection."""
+        nodes = sum_slot_rows(cache.node_context, torch.stack([state["last_node"], state["route_depot"]], dim=-1))
+        timed = torch.isfinite(state["time_windows"][:, 0, 1])[:, None]  # [B, 1]
+        zero = torch.zeros((), dtype=nodes.dtype, device=nodes.device)
+        features = torch.stack([state["current_load"], torch.where(timed, state["current_time"], zero)], dim=-1)
+        return nodes + features @ weight[:, -self.num_features :].T
+
+
+PROBLEM_MODULES["mdvrp"] = (MDVRPEmbedding, MDVRPContext)

@@ -26,6 +26,7 @@ DYNAMIC_KEYS = {
     "op": ("action_mask", "last_node", "remaining_length"),
     "pctsp": ("action_mask", "last_node", "remaining_prize"),
     "pcvrp": ("action_mask", "last_node", "current_load"),
+    "mdvrp": ("action_mask", "last_node", "route_depot", "current_load", "current_time"),
 }
 
 

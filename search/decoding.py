@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from envs import VECTOR_ENVS, start_count
+from envs import VECTOR_ENVS, instance_kwargs, start_count
 from models.agent import Agent, sample
 from models.state import StateWrapper
 from search.solutions import COSTS, InvalidTourError, tour_length, validate_tour
@@ -51,7 +51,7 @@ def augment(instances: dict, copies: int) -> dict:
         variants = [(x, y), (y, x), (1 - x, y), (1 - y, x), (x, 1 - y), (y, 1 - x), (1 - x, 1 - y), (1 - y, 1 - x)]
         return [np.concatenate(v, axis=-1) for v in variants[:copies]]
 
-    points = ("coords", "depot")
+    points = ("coords", "depot", "depots")
     out = {key: np.concatenate(transforms(instances[key])) for key in points if key in instances}
     for key, value in instances.items():  # demands, windows, ...: distances are kept, so they repeat
         if key not in points:
@@ -97,7 +97,9 @@ def rollout(
     problem = agent.problem
     device = next(agent.parameters()).device
     num_envs, num_nodes = instances["coords"].shape[:2]
-    env = VECTOR_ENVS[problem](num_envs=num_envs, num_nodes=num_nodes, n_traj=n_traj)
+    env = VECTOR_ENVS[problem](
+        num_envs=num_envs, num_nodes=num_nodes, n_traj=n_traj, **instance_kwargs(problem, instances)
+    )
     obs, _ = env.reset(options=instances)
     wrapper = StateWrapper(problem, device)
     static = wrapper.static(obs)
@@ -151,7 +153,7 @@ def decode(
     """
     problem = agent.problem
     num_instances, num_nodes = instances["coords"].shape[:2]
-    starts = start_count(problem, num_nodes)  # distinct first nodes: every TSP node, every customer, every pickup
+    starts = start_count(problem, num_nodes, **instance_kwargs(problem, instances))  # distinct first actions
     if decode not in DECODES:
         raise ValueError(f"decode must be one of {DECODES}, got {decode!r}")
     if decode == "multi-greedy":

@@ -224,6 +224,49 @@ def pcvrp_cost(instance: dict, tour: np.ndarray) -> float:
     return length + float(np.asarray(instance["prize"])[skipped - 1].sum())
 
 
+def mdvrp_cost(instance: dict, tour: np.ndarray) -> float:
+    """Checks a multi-depot solution (``envs.mdvrp``: actions 0..k-1 the depots, k.. the customers;
+    from depot 0, a depot action at a depot with an empty route moves there at no cost, a depot action
+    after a customer is the return and must be the route's own depot; every customer once, each
+    route's load within capacity, windows kept with waiting and service, each route back by its
+    depot's closing) and returns its length."""
+    tour = np.asarray(tour)
+    depots, coords = np.asarray(instance["depots"]), np.asarray(instance["coords"])
+    k, n = len(depots), len(coords)
+    points = np.concatenate([depots, coords])
+    windows, service, demand = instance["time_windows"], instance["service_time"], instance["demand"]
+    served = tour[tour >= k]
+    if not np.array_equal(np.sort(served), np.arange(k, k + n)):
+        raise InvalidTourError(f"MDVRP tour does not serve each of the {n} customers exactly once")
+    if tour.size == 0 or tour[-1] >= k:
+        raise InvalidTourError("MDVRP tour does not end at a depot")
+    here, depot, load, time, cost = 0, 0, 0.0, float(windows[0, 0]), 0.0
+    for node in tour.tolist():
+        step = float(np.hypot(*(points[node] - points[here])))
+        if node < k and here < k:  # a move between depots before a route: free
+            if node == here:
+                raise InvalidTourError(f"MDVRP tour stays at depot {node} (an empty route)")
+            here, depot, time = node, node, float(windows[node, 0])
+            continue
+        if node < k:
+            if node != depot:
+                raise InvalidTourError(f"MDVRP route from depot {depot} ends at depot {node}")
+            if time + step > windows[node, 1] + TIME_TOLERANCE:
+                raise InvalidTourError(f"MDVRP route of depot {depot} returns after the depot closes")
+            cost += step
+            here, load, time = node, 0.0, float(windows[node, 0])
+            continue
+        cost += step
+        load += float(demand[node - k])
+        if load > 1 + CAPACITY_TOLERANCE:
+            raise InvalidTourError(f"MDVRP route of depot {depot} exceeds the vehicle capacity ({load:.4f} of 1)")
+        if time + step > windows[node, 1] + TIME_TOLERANCE:
+            raise InvalidTourError(f"MDVRP route of depot {depot} reaches customer {node} after its window closes")
+        time = max(time + step, float(windows[node, 0])) + float(service[node])
+        here = node
+    return cost
+
+
 COSTS = {
     "mtvrp": vrp_cost,
     "mrcvrp": mrcvrp_cost,
@@ -231,6 +274,7 @@ COSTS = {
     "op": op_cost,
     "pctsp": pctsp_cost,
     "pcvrp": pcvrp_cost,
+    "mdvrp": mdvrp_cost,
 }
 """problem -> cost(instance arrays without the instance axis, tour): checks the solution, returns its
 cost (what the env's summed rewards are minus)."""

@@ -191,3 +191,40 @@ def check_pcvrp_actions(actions, instance) -> float:
     points = [tuple(instance["depot"])] + [tuple(c) for c in instance["coords"]]
     skipped = set(range(1, n + 1)) - set(served)
     return path_length(points, [0] + route) + sum(float(instance["prize"][a - 1]) for a in skipped)
+
+
+def check_mdvrp_actions(actions, instance) -> float:
+    """Asserts that a multi-depot action sequence (depots 0..k-1, customers k..; padded by repeating
+    the final depot) serves every customer once, each route leaving from and returning to one depot
+    (moves between depots only before a route, free), within capacity and, with windows, on time;
+    returns its length."""
+    actions = [int(a) for a in actions]
+    while len(actions) > 1 and actions[-1] == actions[-2]:
+        actions.pop()
+    depots = [tuple(d) for d in instance["depots"]]
+    k = len(depots)
+    points = depots + [tuple(c) for c in instance["coords"]]
+    opening = [float(w[0]) for w in instance["time_windows"]]
+    closing = [float(w[1]) for w in instance["time_windows"]]
+    service = [float(s) for s in instance["service_time"]]
+    assert sorted(a for a in actions if a >= k) == list(range(k, len(points))), "not every customer once"
+    assert actions[-1] < k, "does not end at a depot"
+    total, here, home, load, clock = 0.0, 0, 0, 0.0, opening[0]
+    for a in actions:
+        leg = math.hypot(points[a][0] - points[here][0], points[a][1] - points[here][1])
+        if a < k and here < k:
+            assert a != here, "a depot to itself"
+            here, home, clock = a, a, opening[a]
+            continue
+        total += leg
+        if a < k:
+            assert a == home, f"route of depot {home} returns to depot {a}"
+            assert clock + leg <= closing[a] + 1e-4, "back after the depot closes"
+            here, load, clock = a, 0.0, opening[a]
+            continue
+        load += float(instance["demand"][a - k])
+        assert load <= 1 + 1e-5, "route load above capacity"
+        assert clock + leg <= closing[a] + 1e-4, f"customer {a} reached after its window closes"
+        clock = max(clock + leg, opening[a]) + service[a]
+        here = a
+    return total

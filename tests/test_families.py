@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from checks import (
+    check_mdvrp_actions,
     check_mrcvrp_actions,
     check_op_actions,
     check_pctsp_actions,
@@ -35,25 +36,26 @@ def check(problem: str, actions, instance) -> float:
         return check_mrcvrp_actions(actions, instance["depot"], instance["coords"], instance["demand"])
     if problem == "pdp":
         return check_pdp_actions(actions, instance["depot"], instance["coords"], instance["load"])
-    return {"op": check_op_actions, "pctsp": check_pctsp_actions, "pcvrp": check_pcvrp_actions}[problem](
-        actions, instance
-    )
+    checkers = {"op": check_op_actions, "pctsp": check_pctsp_actions, "pcvrp": check_pcvrp_actions}
+    return (checkers | {"mdvrp": check_mdvrp_actions})[problem](actions, instance)
 
 
 def run_random(env, rng, options=None, seed=None):
-    """Random allowed actions to the end; asserts that the mask always allows an action."""
+    """Random allowed actions to the end; asserts that the mask always allows an action. Returns the
+    actions [M, N, T], rewards [M, N, T] and the step [M, N] at which each trajectory finished."""
     obs, _ = env.reset(seed=seed, options=options)
-    actions, rewards = [], []
+    actions, rewards, done = [], [], []
     for _ in range(env.max_episode_steps):
         assert obs["action_mask"].any(-1).all(), "a trajectory has no allowed action"
         a = random_allowed_actions(obs["action_mask"], rng)
         obs, r, terminated, _, _ = env.step(a)
         actions.append(a)
         rewards.append(r)
+        done.append(terminated)
         if terminated.all():
             break
     assert env.terminated.all(), "episode did not finish within max_episode_steps"
-    return np.stack(actions, -1), np.stack(rewards, -1)
+    return np.stack(actions, -1), np.stack(rewards, -1), np.stack(done, -1).argmax(-1)
 
 
 def make(env_id: str, m: int, n: int, traj: int):
@@ -64,20 +66,16 @@ def make(env_id: str, m: int, n: int, traj: int):
 @settings(max_examples=15, deadline=None)
 @given(half=st.integers(1, 8), m=st.integers(1, 3), traj=st.integers(1, 4), seed=st.integers(0, 2**31))
 def test_random_trajectories_are_feasible_and_rewards_are_costs(env_id, half, m, traj, seed):
-    n = 2 * half  # even: pickup and delivery pairs
+    n = 2 * half + 2  # even (pickup and delivery pairs), and more customers than the 3 depots
     env = make(env_id, m, n, traj)
     problem = ENV_IDS[env_id]
-    actions, rewards = run_random(env.unwrapped, np.random.default_rng(seed), seed=seed)
+    actions, rewards, done = run_random(env.unwrapped, np.random.default_rng(seed), seed=seed)
     for b in range(m):
         instance = {k: v[b] for k, v in env.unwrapped.static.items()}
         for j in range(traj):
             cost = check(problem, actions[b, j], instance)
             assert -rewards[b, j].sum() == pytest.approx(cost, abs=1e-6)
-            tour = actions[b, j]
-            last = len(tour) - np.argmax(tour[::-1] != 0) if (tour != 0).any() else 0
-            solution = tour[: last + 1] if last < len(tour) else tour
-            if problem == "pcvrp" and last + 1 < len(tour):
-                solution = tour[: last + 2]  # the return and the closing depot action
+            solution = actions[b, j, : done[b, j] + 1]  # what decoding reports
             assert COSTS[problem](instance, solution) == pytest.approx(cost, abs=1e-6)
 
 
@@ -124,6 +122,10 @@ def test_masks_bind():
     assert obs["action_mask"][0, 0].tolist() == [False, False, True]  # 0.4 < 1 collected: go on
 
 
+MD = {"depots": [[0, 0], [1, 1]], "coords": [[0, 1], [1, 0]], "demand": [0.1, 0.1], "time_windows": [[0, 9]] * 4,
+      "service_time": [0, 0, 0, 0]}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("problem", "instance", "tour", "message"),
     [
@@ -136,6 +138,11 @@ def test_masks_bind():
         ("pctsp", {"depot": [0, 0], "coords": [[0, 1], [1, 0]], "prize": [0.5, 0.6], "penalty": [1, 1]}, [1, 0], "below the minimum"),
         ("pcvrp", {"depot": [0, 0], "coords": [[0, 1], [1, 0]], "demand": [0.6, 0.6], "prize": [1, 1]}, [1, 2, 0], "capacity"),
         ("pcvrp", {"depot": [0, 0], "coords": [[0, 1], [1, 0]], "demand": [0.1, 0.1], "prize": [1, 1]}, [1, 0, 0, 2, 0], "empty route"),
+        ("mdvrp", MD, [2, 3, 1], "ends at depot 1"),
+        ("mdvrp", MD, [1, 2, 3, 0], "ends at depot 0"),
+        ("mdvrp", MD | {"demand": [0.6, 0.6]}, [2, 3, 0], "capacity"),
+        ("mdvrp", MD, [0, 2, 3, 0], "stays at depot"),
+        ("mdvrp", MD | {"time_windows": [[0, 9], [0, 9], [0, 9], [0, 0.5]]}, [2, 3, 0], "after its window"),
     ],
 )  # fmt: skip
 def test_solution_checkers_reject_infeasible_solutions(problem, instance, tour, message):
@@ -182,14 +189,31 @@ def test_a_delivery_without_its_pickup_fails_with_a_message():
         make("pdp-v0", 1, 7, 1)
 
 
+def test_more_depots_than_customers_fail_with_a_message():
+    with pytest.raises(ValueError, match="more depots than customers"):
+        make("mdvrp-v0", 1, 2, 1)
+    env = make("mdvrp-v0", 1, 4, 1).unwrapped
+    env.reset(seed=0)
+    options = {k: v.copy() for k, v in env.static.items()}
+    options["coords"][0, 2] = options["depots"][0, 0] + 2  # outside the square
+    with pytest.raises(ValueError, match="unit square"):
+        env.reset(options=options)
+    options = {k: v.copy() for k, v in env.static.items()}
+    options["time_windows"][0, 3] = [0.0, 0.0]  # customer 1 closes at once: nobody can reach it
+    with pytest.raises(ValueError, match="customer 1 of instance 0 cannot be served"):
+        env.reset(options=options)
+
+
 @pytest.fixture(scope="module")
 def family_agents():
     torch.manual_seed(0)
     return {problem: Agent(problem, embed_dim=32, num_heads=4, num_layers=1, ff_hidden=64).eval() for problem in
-            ("mrcvrp", "pdp", "op", "pctsp", "pcvrp")}  # fmt: skip
+            ("mrcvrp", "pdp", "op", "pctsp", "pcvrp", "mdvrp")}  # fmt: skip
 
 
-@pytest.mark.parametrize("env_id", ["mrcvrp-v0", "cpdp-v0", "op-v0", "op-const-v0", "pctsp-v0", "pcvrp-v0"])
+@pytest.mark.parametrize(
+    "env_id", ["mrcvrp-v0", "cpdp-v0", "op-v0", "op-const-v0", "pctsp-v0", "pcvrp-v0", "mdvrp-v0", "mdvrptw-v0"]
+)
 @pytest.mark.parametrize("how", ["greedy", "multi-greedy", "sampling"])
 def test_decoded_solutions_pass_the_independent_checker(family_agents, env_id, how):
     problem = ENV_IDS[env_id]
@@ -198,7 +222,7 @@ def test_decoded_solutions_pass_the_independent_checker(family_agents, env_id, h
     result = decode(family_agents[problem], data, how, augment_copies=2 if how == "greedy" else 1, num_samples=4)
     for b, tour in enumerate(result.tours):
         instance = {k: v[b] for k, v in data.items()}
-        padded = np.concatenate([tour, [0, 0]])
+        padded = np.concatenate([tour, tour[-1:], tour[-1:]])  # a finished trajectory repeats its last action
         assert check(problem, padded, instance) == pytest.approx(result.lengths[b], abs=1e-6)
 
 
@@ -211,7 +235,7 @@ def test_multi_greedy_is_no_worse_than_greedy(family_agents):
 
 @pytest.mark.parametrize(("problem", "variant", "solver"), [
     ("mrcvrp", None, "pyvrp"), ("pcvrp", None, "pyvrp"), ("pdp", "cpdp", "ortools"), ("op", "dist", "ortools"),
-    ("pctsp", None, "ortools"),
+    ("pctsp", None, "ortools"), ("mdvrp", "mdvrp", "pyvrp"), ("mdvrp", "mdvrptw", "pyvrp"),
 ])  # fmt: skip
 def test_reference_tours_pass_the_checker_and_beat_random_ones(problem, variant, solver):
     pytest.importorskip({"pyvrp": "pyvrp", "ortools": "ortools"}[solver])
@@ -219,11 +243,11 @@ def test_reference_tours_pass_the_checker_and_beat_random_ones(problem, variant,
 
     data = standard_dataset(problem, 8, "test", 3, variant)
     env = VECTOR_ENVS[problem](num_envs=3, num_nodes=8, n_traj=16, **({"variant": variant} if variant else {}))
-    _, rewards = run_random(env, np.random.default_rng(0), options=data)
+    _, rewards, _ = run_random(env, np.random.default_rng(0), options=data)
     for b in range(3):
         instance = {k: v[b] for k, v in data.items()}
         tour = FAMILY_SOLVERS[problem](instance, 0.5)
-        cost = check(problem, np.concatenate([tour, [0]]), instance)
+        cost = check(problem, np.concatenate([tour, tour[-1:]]), instance)
         assert cost <= (-rewards[b].sum(-1)).min() + 1e-6  # no worse than the best of 16 random solutions
 
 
@@ -233,11 +257,11 @@ def test_ppo_trains_and_eval_scores_every_family(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     ppo_or = importlib.import_module("ppo_or")
     eval_script = importlib.import_module("eval")
-    for env_id in ["mrcvrp-v0", "pdp-v0", "op-v0", "pctsp-v0", "pcvrp-v0"]:
+    for env_id in ["mrcvrp-v0", "pdp-v0", "op-v0", "pctsp-v0", "pcvrp-v0", "mdvrptw-v0"]:
         ppo_or.main(ppo_or.Args(env_id=env_id, num_nodes=6, num_envs=8, total_timesteps=8, eval_interval=0,
                                 checkpoint_interval=0, threads=1))  # fmt: skip
     problem_runs = sorted((tmp_path / "runs").iterdir())
-    assert len(problem_runs) == 5
+    assert len(problem_runs) == 6
     op_run = next(r for r in problem_runs if r.name.startswith("op-v0"))
     data = standard_dataset("op", 6, "test", 4, "unif")
     np.savez(tmp_path / "op.npz", **data, reference=np.full(4, -6.0))  # every prize: at most 1 each
