@@ -1,7 +1,7 @@
 """Environment throughput: the native bi-level vector env against a Python loop over single envs.
 
-Node selections per second (trajectory-steps/s) for TSP50, CVRP50, VRPTW50 and OVRPBLTW50 at M
-instances x N trajectories, one thread, random allowed actions drawn the same way for both (drawing
+Node selections per second (trajectory-steps/s) for TSP50, CVRP50, VRPTW50, OVRPBLTW50 and the
+further families (MRCVRP, CPDP, OP, PCTSP, PCVRP, MDVRPTW) at M instances x N trajectories, one thread, random allowed actions drawn the same way for both (drawing
 excluded from the timed part). The loop baseline is the structure of the paper's reference
 implementation: one NumPy env of N trajectories per instance, stepped one after another.
 
@@ -24,7 +24,18 @@ import gymnasium as gym  # noqa: E402
 
 import envs  # noqa: E402, F401  (registers the env ids)
 
-ENV_IDS = ("tsp-v0", "cvrp-v0", "vrptw-v0", "ovrpbltw-v0")
+ENV_IDS = (
+    "tsp-v0",
+    "cvrp-v0",
+    "vrptw-v0",
+    "ovrpbltw-v0",
+    "mrcvrp-v0",
+    "cpdp-v0",
+    "op-v0",
+    "pctsp-v0",
+    "pcvrp-v0",
+    "mdvrptw-v0",
+)
 
 
 def random_allowed(mask, rng):

@@ -182,8 +182,12 @@ class MDVRPVectorEnv(RoutingVectorEnv):
         s, shape, k = self.static, (self.num_envs, self.n_traj), self.num_depots
         self._set_points(np.concatenate([s["depots"], s["coords"]], axis=1))
         self._dist, latest, alone = single_trips(s)
-        # reachable[m, r, i, j]: node j may be entered from i on a route of depot r while time <= it
-        self._reach = (latest[:, :, None, :] - self._dist[:, None] + TOLERANCE).astype(np.float32)
+        # node j may be entered from i on a route of depot r while time <= reach: rows [(M * k * A), A]
+        # indexed by (m, r, i), gathered by one take per step
+        reach = latest[:, :, None, :] - self._dist[:, None] + TOLERANCE
+        self._reach = reach.astype(np.float32).reshape(-1, self.num_actions)
+        self._row_offsets = np.arange(self.num_envs)[:, None] * (k * self.num_actions)
+        self._gathered = np.empty((*shape, self.num_actions), dtype=np.float32)
         self._alone = np.concatenate([np.zeros((self.num_envs, k, k), dtype=bool), alone], axis=2)  # [M, k, A]
         self.node_demand = np.concatenate([np.zeros((self.num_envs, k)), s["demand"]], axis=1)
         self._opening, self._service = s["time_windows"][..., 0], s["service_time"]
@@ -220,7 +224,8 @@ class MDVRPVectorEnv(RoutingVectorEnv):
 
     def _update_mask(self) -> None:
         k = self.num_depots
-        limits = self._reach[self._rows, self.route_depot, self.last_node]  # [M, N, A]
+        index = self._row_offsets + self.route_depot * self.num_actions + self.last_node
+        limits = self._reach.take(index, axis=0, out=self._gathered, mode="clip")  # [M, N, A]
         mask = (self.current_time.astype(np.float32)[..., None] <= limits) & self.unvisited
         room = (self.current_load + TOLERANCE).astype(np.float32)[..., None]
         mask &= self.node_demand[:, None].astype(np.float32) <= room

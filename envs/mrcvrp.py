@@ -92,7 +92,10 @@ class MRCVRPVectorEnv(DepotVectorEnv):
         self._set_points(np.concatenate([s["depot"][:, None], s["coords"]], axis=1))
         resources = s["demand"].shape[2]
         self.node_demand = np.concatenate([np.zeros((self.num_envs, 1, resources)), s["demand"]], axis=1)
-        self._demand32 = self.node_demand[:, None].astype(np.float32)  # [M, 1, A, R]
+        # per resource, contiguous [M, 1, A]: one broadcast comparison each (a trailing axis of R is slow)
+        self._demand32 = [
+            np.ascontiguousarray(self.node_demand[:, None, :, r], dtype=np.float32) for r in range(resources)
+        ]
         self.unvisited = np.ones((*shape, self.num_actions), dtype=bool)
         self.num_served = np.zeros(shape, dtype=np.int64)
         self.last_node = np.zeros(shape, dtype=np.int64)
@@ -113,8 +116,10 @@ class MRCVRPVectorEnv(DepotVectorEnv):
         return reward
 
     def _update_mask(self) -> None:
-        left = (self.current_load + LOAD_TOLERANCE).astype(np.float32)[:, :, None]  # [M, N, 1, R]
-        mask = (self._demand32 <= left).all(-1) & self.unvisited
+        left = (self.current_load + LOAD_TOLERANCE).astype(np.float32)  # [M, N, R]
+        mask = self.unvisited.copy()
+        for r, demand in enumerate(self._demand32):
+            mask &= demand <= left[..., r, None]
         mask[..., 0] = (self.last_node != 0) | (self.num_served == self.num_nodes)
         self.action_mask = mask
 

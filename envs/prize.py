@@ -171,26 +171,33 @@ class OPVectorEnv(PrizeVectorEnv):
 
     def _start(self) -> None:
         super()._start()
-        points = np.concatenate([self.static["depot"][:, None], self.static["coords"]], axis=1)
-        dist = np.sqrt(((points[:, :, None] - points[:, None]) ** 2).sum(-1))  # [M, A, A]
-        # node j is reachable from node i while length <= max_length - d_ij - d_j0
-        self._budget_rows = (self.static["max_length"][:, None, None] - dist - dist[:, None, :, 0] + TOLERANCE).astype(
-            np.float32
-        )
+        points = np.concatenate([self.static["depot"][:, None], self.static["coords"]], axis=1).astype(np.float32)
+        x, y = points[..., 0], points[..., 1]
+        dist = np.hypot(x[:, :, None] - x[:, None], y[:, :, None] - y[:, None])  # [M, A, A]
+        # node j is reachable from node i while length <= max_length - d_ij - d_j0: rows [(M * A), A]
+        # gathered by one take per step
+        budget = self.static["max_length"][:, None, None].astype(np.float32) - dist - dist[:, None, :, 0] + TOLERANCE
+        self._budget_rows = budget.reshape(-1, self.num_actions)
+        self._row_offsets = np.arange(self.num_envs)[:, None] * self.num_actions
+        self._gathered = np.empty((self.num_envs, self.n_traj, self.num_actions), dtype=np.float32)
         self._update_mask()
+        self.action_mask[..., 0] = ~self.action_mask[..., 1:].any(-1)  # an empty tour only if nothing is reachable
 
     def _move(self, actions: np.ndarray) -> np.ndarray:
         self._visit(actions)
         self.last_node = actions.copy()
-        self.terminated |= actions == 0
+        ended = actions == 0
+        self.terminated |= ended
+        if ended.any():
+            self.unvisited[ended] = False  # a finished tour offers nothing more
         self._update_mask()
         return self.node_prize[self._rows, actions]
 
     def _update_mask(self) -> None:
-        budget = self._budget_rows[self._rows, self.last_node]  # [M, N, A]
-        mask = self.unvisited & (self.tour_length.astype(np.float32)[..., None] <= budget)
-        mask[..., 0] = (self.last_node != 0) | ~mask[..., 1:].any(-1) | self.terminated
-        mask[self.terminated, 1:] = False
+        budget = self._budget_rows.take(self._row_offsets + self.last_node, axis=0, out=self._gathered, mode="clip")
+        mask = np.less_equal(self.tour_length.astype(np.float32)[..., None], budget)
+        mask &= self.unvisited
+        mask[..., 0] = (self.last_node != 0) | self.terminated  # the first step: see _start
         self.action_mask = mask
 
     def _dynamic_observation(self) -> dict:
