@@ -4,6 +4,7 @@
     python ppo_or.py --env-id tsp-v0 --preset rlor    # TSP50 with the paper's settings
     python ppo_or.py --env-id cvrp-v0 --num-nodes 20
     python ppo_or.py --env-id vrptw-v0 --num-nodes 20  # any of the 16 VRP variants, or mtvrp-v0 (all mixed)
+    python ppo_or.py --env-id op-v0 --num-nodes 20     # mrcvrp, pdp, cpdp, op, pctsp, pcvrp, mdvrp, mdvrptw
     python ppo_or.py --resume runs/<run>/ckpt/100.pt  # continue a stopped run
     torchrun --standalone --nproc_per_node 4 ppo_or.py --env-id tsp-v0 --num-envs 256  # 4 GPUs / processes
 
@@ -38,6 +39,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 from data.references import kool_references
 from envs import ENV_IDS, ENV_VARIANTS, standard_dataset, start_count
+from envs.instances import KOOL_SET_SIZE
+from envs.vrp import TEST_SET_SIZE
 from models import (
     Agent,
     StateWrapper,
@@ -52,7 +55,8 @@ from search import augment, decode, forced_actions
 
 @dataclass
 class Args:
-    """PPO for routing problems (TSP, CVRP, 16 VRP variants) with the Attention Model, in the style of CleanRL.
+    """PPO for routing problems (TSP, CVRP, 16 VRP variants, MRCVRP, PDP, OP, PCTSP, PCVRP, MDVRP) with the
+    Attention Model, in the style of CleanRL.
     Writes tensorboard curves and checkpoints to runs/{env_id}__{exp_name}__{seed}__{time}/. Examples:
     `python ppo_or.py --env-id tsp-v0 --num-nodes 20 --num-envs 256 --total-seconds 180 --threads 2`
     (3 minutes on a CPU); `python ppo_or.py --env-id cvrp-v0 --preset rlor` (the paper's settings, for a GPU);
@@ -145,7 +149,8 @@ class Args:
     eval_interval: int = 100
     """evaluate greedy and multi-greedy decoding on the validation set every this many iterations; 0 disables"""
     eval_instances: int = 1000
-    """instances of the Kool et al. validation set (seed 4321) used by the periodic evaluation"""
+    """instances of the validation set (seed 4321: Kool et al.'s 10,000 for TSP and CVRP, the env's 1,000
+    otherwise) used by the periodic evaluation"""
     eval_batch_size: int = 250
     """instances decoded at once by the periodic evaluation"""
     resume: str | None = None
@@ -181,7 +186,9 @@ def with_defaults(args: Args) -> Args:
     """Fills the settings whose default depends on others: N is one trajectory per start node with
     --multi-start (every TSP node, every customer, every pickup: ``envs.start_count``), else 50."""
     if args.n_traj is None:
-        return replace(args, n_traj=start_count(ENV_IDS[args.env_id], args.num_nodes) if args.multi_start else 50)
+        if not args.multi_start or args.num_nodes < 2:  # (a size below 2 is refused by check_args)
+            return replace(args, n_traj=50)
+        return replace(args, n_traj=start_count(ENV_IDS[args.env_id], args.num_nodes))
     return args
 
 
@@ -232,8 +239,9 @@ def check_args(args: Args) -> None:
         problems.append(f"--learning-rate must be positive, got {args.learning_rate}")
     if not 0 <= args.gamma <= 1 or not 0 <= args.gae_lambda <= 1:
         problems.append("--gamma and --gae-lambda must lie in [0, 1]")
-    if args.eval_instances > 10_000:
-        problems.append(f"--eval-instances must be at most 10000 (the validation set), got {args.eval_instances}")
+    val_size = KOOL_SET_SIZE if ENV_IDS[args.env_id] in ("tsp", "cvrp") else TEST_SET_SIZE
+    if not 1 <= args.eval_instances <= val_size:
+        problems.append(f"--eval-instances must be in 1..{val_size} (the validation set), got {args.eval_instances}")
     if args.checkpoint_interval < 0 or args.eval_interval < 0:
         problems.append("--checkpoint-interval and --eval-interval must be >= 0")
     if problems:

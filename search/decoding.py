@@ -3,8 +3,10 @@
 - greedy: one trajectory per instance, the most probable action at every step (the first node
   included).
 - multi-greedy (POMO-style): K greedy trajectories per instance, trajectory i forced to start at
-  the i-th most probable first node; K = every start node by default (TSP: all nodes, CVRP and VRP: all
-  customers), which is "trajectory i starts at node i" up to order.
+  the i-th most probable first node; K = every start node by default (the env's ``start_actions``:
+  TSP all nodes; CVRP, VRP, MRCVRP and the prize-collecting problems all customers; PDP the pickups;
+  MDVRP the customers and the other depots), which is "trajectory i starts at node i" up to order; a
+  start the mask forbids repeats the first allowed action.
 - sampling: K trajectories sampled from the policy.
 Each can run on the 8 symmetries of the unit square (``augment=8``). The best trajectory of an
 instance is kept. Every rollout runs until every trajectory has finished.
@@ -87,11 +89,11 @@ def rollout(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Runs M instances x ``n_traj`` trajectories until all have terminated.
 
-    ``num_starts`` = ``n_traj`` forces the first actions: with every start node (n), trajectory i
-    starts at start node i (TSP node i, CVRP customer i + 1); with fewer, at the i-th most probable
-    start node. A step where every trajectory has a single allowed action (TSP's return) is taken
+    ``num_starts`` = ``n_traj`` forces the first actions: with every start node (``start_actions``),
+    trajectory i starts at start node i (TSP node i, CVRP customer i + 1); with fewer, at the i-th most
+    probable start node (a forbidden start: the first allowed action). A step where every trajectory has a single allowed action (TSP's return) is taken
     without the model. ``reencode`` re-runs the encoder at every step (the uncached baseline).
-    Returns actions [M, N, T], lengths [M, N] (minus the summed rewards) and the number of steps of
+    Returns actions [M, N, T], lengths [M, N] (minus the summed rewards: the costs) and the number of steps of
     each trajectory [M, N].
     """
     problem = agent.problem

@@ -156,6 +156,9 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes(tmp_path, signum):
         (["--num-nodes", "6", "--num-steps", "3"], "--baseline shared needs whole episodes in a rollout"),
         (["--total-seconds", "0"], "--total-seconds must be positive"),
         (["--preset", "pomo"], "pomo"),
+        (["--env-id", "pdp-v0", "--num-nodes", "7"], "node 7 would be a delivery without its pickup"),
+        (["--env-id", "pdp-v0", "--num-nodes", "8", "--n-traj", "5"], "--n-traj 5 exceeds the 4 start nodes"),
+        (["--env-id", "op-v0", "--eval-instances", "2000"], "--eval-instances must be in 1..1000"),
     ],
 )
 def test_bad_arguments_exit_with_a_message(tmp_path, args, message):
