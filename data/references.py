@@ -63,27 +63,37 @@ def lkh_tour(dist: np.ndarray) -> np.ndarray:
 
 def pyvrp_tour(dataset: Dataset, index: int, dist: np.ndarray, seconds: float) -> np.ndarray:
     """CVRP actions (customers 1..n, 0 = depot) of PyVRP's best solution within ``seconds``."""
+    demand = np.rint(dataset.instances["demand"][index] * UNIT_SCALE).astype(int)[:, None]
+    return pyvrp_depot_routes(dataset.node_points(index), dist, demand, UNIT_SCALE, None, seconds)
+
+
+def pyvrp_depot_routes(
+    points: np.ndarray, dist: np.ndarray, loads: np.ndarray, capacity: int, prizes: np.ndarray | None, seconds: float
+) -> np.ndarray:
+    """PyVRP's best solution within ``seconds`` of a one-depot problem with capacitated routes:
+    ``points`` [A, 2] (depot first), integer distances [A, A], integer ``loads`` [n, R] against
+    ``capacity`` in every dimension, and (prize collecting) optional clients with integer ``prizes``
+    [n]. Returns actions (customers 1..n, 0 = the depot after each route; [0] if no route)."""
     try:
         from pyvrp import Model
         from pyvrp.stop import MaxRuntime
     except ImportError as exc:
         raise ImportError("--reference-solver pyvrp needs PyVRP: pip install pyvrp") from exc
-    demand = np.rint(dataset.instances["demand"][index] * UNIT_SCALE).astype(int)
-    points = dataset.node_points(index)
     model = Model()
-    model.add_vehicle_type(num_available=len(demand), capacity=UNIT_SCALE)
-    locations = [model.add_location(x=float(x), y=float(y)) for x, y in points]
-    model.add_depot(locations[0])
-    for location, d in zip(locations[1:], demand, strict=True):
-        model.add_client(location, delivery=int(d))
-    for i, a in enumerate(locations):
-        for j, b in enumerate(locations):
+    model.add_vehicle_type(num_available=len(loads), capacity=[capacity] * loads.shape[1])
+    nodes = [model.add_location(x=float(x), y=float(y)) for x, y in points]
+    model.add_depot(nodes[0])
+    for i, load in enumerate(loads):
+        optional = {} if prizes is None else {"required": False, "prize": int(prizes[i])}
+        model.add_client(nodes[i + 1], delivery=load.tolist(), **optional)
+    for i, a in enumerate(nodes):
+        for j, b in enumerate(nodes):
             model.add_edge(a, b, distance=int(dist[i, j]))
     result = model.solve(stop=MaxRuntime(seconds), display=False)
     tour = []
     for route in result.best.routes():
         tour += [activity.idx + 1 for activity in route if activity.is_client()] + [0]
-    return np.asarray(tour)
+    return np.asarray(tour or [0])
 
 
 def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
@@ -188,33 +198,11 @@ def pyvrp_family_tour(instance: dict, seconds: float) -> np.ndarray:
     """PyVRP's best solution within ``seconds`` of a multi-resource CVRP (one load dimension per
     resource) or a prize-collecting CVRP (optional clients with prizes: PyVRP minimises distance +
     uncollected prizes) instance, as actions (customers 1..n, 0 = depot)."""
-    try:
-        from pyvrp import Model
-        from pyvrp.stop import MaxRuntime
-    except ImportError as exc:
-        raise ImportError("--reference-solver pyvrp needs PyVRP: pip install pyvrp") from exc
     demand = np.asarray(instance["demand"], dtype=np.float64)
-    demand = demand if demand.ndim == 2 else demand[:, None]  # [n, R]
-    loads = np.rint(demand * LOAD_SCALE).astype(int)
-    dist = scaled_distances(instance)
-    n = len(demand)
-    model = Model()
-    model.add_vehicle_type(num_available=n, capacity=[LOAD_SCALE] * demand.shape[1])
+    loads = np.rint((demand if demand.ndim == 2 else demand[:, None]) * LOAD_SCALE).astype(int)  # [n, R]
+    prizes = np.rint(np.asarray(instance["prize"]) * UNIT_SCALE) if "prize" in instance else None
     points = np.concatenate([np.asarray(instance["depot"])[None], instance["coords"]])
-    nodes = [model.add_location(x=float(x), y=float(y)) for x, y in points]
-    model.add_depot(nodes[0])
-    optional = "prize" in instance
-    for i in range(n):
-        extra = {"required": False, "prize": int(np.rint(instance["prize"][i] * UNIT_SCALE))} if optional else {}
-        model.add_client(nodes[i + 1], delivery=loads[i].tolist(), **extra)
-    for i, a in enumerate(nodes):
-        for j, b in enumerate(nodes):
-            model.add_edge(a, b, distance=int(dist[i, j]))
-    result = model.solve(stop=MaxRuntime(seconds), display=False)
-    tour = []
-    for route in result.best.routes():
-        tour += [activity.idx + 1 for activity in route if activity.is_client()] + [0]
-    return np.asarray(tour or [0])
+    return pyvrp_depot_routes(points, scaled_distances(instance), loads, LOAD_SCALE, prizes, seconds)
 
 
 def ortools_pdp_tour(instance: dict, seconds: float) -> np.ndarray:

@@ -133,6 +133,22 @@ def read_arrays(
     return out, m, n
 
 
+def check_arrays(out: dict, expected: dict) -> None:
+    """The checks the static arrays ``out`` of every depot problem share: each key's shape as in
+    ``expected`` (key -> shape; a None entry takes any size on that axis), finite values, and
+    points (``coords``, ``depot``, ``depots``) in the unit square. Raises ``ValueError`` naming the key."""
+    for key, shape in expected.items():
+        value = out[key]
+        if value.ndim != len(shape) or any(s is not None and s != v for s, v in zip(shape, value.shape, strict=True)):
+            wanted = [s if s is not None else "R" for s in shape]
+            raise ValueError(f"{key!r} must have shape {wanted}, got {list(value.shape)}")
+        if not np.isfinite(value).all():
+            raise ValueError(f"{key!r} contains NaN or infinite values")
+    for key in ("coords", "depot", "depots"):
+        if key in out and ((out[key] < 0).any() or (out[key] > 1).any()):
+            raise ValueError(f"{key!r} must lie in the unit square [0, 1]^2; normalise the coordinates first")
+
+
 def check_instances(
     problem: str, instances: dict, num_instances: int | None = None, num_nodes: int | None = None
 ) -> dict:
@@ -145,14 +161,7 @@ def check_instances(
     check_problem(problem)
     out, m, n = read_arrays(problem, instances, STATIC_KEYS[problem], num_instances, num_nodes)
     expected = {"coords": (m, n, 2), "depot": (m, 2), "demand": (m, n)}
-    for key, value in out.items():
-        if value.shape != expected[key]:
-            raise ValueError(f"{key!r} must have shape {list(expected[key])}, got {list(value.shape)}")
-        if not np.isfinite(value).all():
-            raise ValueError(f"{key!r} contains NaN or infinite values")
-    for key in ("coords", "depot"):
-        if key in out and ((out[key] < 0).any() or (out[key] > 1).any()):
-            raise ValueError(f"{key!r} must lie in the unit square [0, 1]^2; normalise the coordinates first")
+    check_arrays(out, {key: expected[key] for key in out})
     if "demand" in out:
         demand = out["demand"]
         if (demand <= 0).any():

@@ -19,7 +19,7 @@ import numpy as np
 
 from envs.base import RoutingVectorEnv, SingleRoutingEnv
 from envs.instances import STATIC_KEYS as INSTANCE_KEYS
-from envs.instances import cvrp_capacity, read_arrays
+from envs.instances import check_arrays, cvrp_capacity, read_arrays
 from envs.vrp import HORIZON, SERVICE_TIME, WINDOW_LENGTH
 
 STATIC_KEYS = INSTANCE_KEYS["mdvrp"]
@@ -90,16 +90,11 @@ def check_mdvrp_instances(instances: dict, num_instances: int | None = None, num
     k = depots.shape[1]
     if k > n:
         raise ValueError(f"{k} depots for {n} customers: more depots than customers; use at most {n} depots")
-    expected = {"coords": (m, n, 2), "demand": (m, n), "time_windows": (m, k + n, 2), "service_time": (m, k + n)}
-    for key, shape in expected.items():
-        if out[key].shape != shape:
-            raise ValueError(f"{key!r} must have shape {list(shape)} (depots first), got {list(out[key].shape)}")
-    for key in ("depots", "coords", "demand", "service_time"):
-        if not np.isfinite(out[key]).all():
-            raise ValueError(f"{key!r} contains NaN or infinite values")
-    for key in ("depots", "coords"):
-        if (out[key] < 0).any() or (out[key] > 1).any():
-            raise ValueError(f"{key!r} must lie in the unit square [0, 1]^2; normalise the coordinates first")
+    check_arrays(out, {"depots": (m, k, 2), "coords": (m, n, 2), "demand": (m, n), "service_time": (m, k + n)})
+    if out["time_windows"].shape != (m, k + n, 2):  # closings may be inf
+        raise ValueError(
+            f"'time_windows' must have shape {[m, k + n, 2]} (depots first), got {list(out['time_windows'].shape)}"
+        )
     if (out["demand"] <= 0).any() or (out["demand"] > 1 + TOLERANCE).any():
         raise ValueError("'demand' must lie in (0, 1] (demand divided by the vehicle capacity)")
     windows = out["time_windows"]

@@ -15,7 +15,7 @@ import numpy as np
 
 from envs.base import DepotVectorEnv, SingleRoutingEnv
 from envs.instances import STATIC_KEYS as INSTANCE_KEYS
-from envs.instances import cvrp_capacity, read_arrays
+from envs.instances import check_arrays, cvrp_capacity, read_arrays
 
 STATIC_KEYS = INSTANCE_KEYS["mrcvrp"]
 RESOURCES = 2
@@ -35,17 +35,8 @@ def check_mrcvrp_instances(instances: dict, num_instances: int | None = None, nu
     """Validates multi-resource instances (``STATIC_KEYS``; ``demand`` [M, n, R], fractions of each
     capacity) and returns them as float64 arrays; ``ValueError`` names what to fix."""
     out, m, n = read_arrays("mrcvrp", instances, STATIC_KEYS, num_instances, num_nodes)
+    check_arrays(out, {"depot": (m, 2), "coords": (m, n, 2), "demand": (m, n, None)})  # R: one column per resource
     demand = out["demand"]
-    if out["depot"].shape != (m, 2):
-        raise ValueError(f"'depot' must have shape [{m}, 2], got {list(out['depot'].shape)}")
-    if demand.ndim != 3 or demand.shape[:2] != (m, n) or demand.shape[2] < 1:
-        raise ValueError(f"'demand' must have shape [{m}, {n}, R] (one column per resource), got {list(demand.shape)}")
-    for key, value in out.items():
-        if not np.isfinite(value).all():
-            raise ValueError(f"{key!r} contains NaN or infinite values")
-    for key in ("coords", "depot"):
-        if (out[key] < 0).any() or (out[key] > 1).any():
-            raise ValueError(f"{key!r} must lie in the unit square [0, 1]^2; normalise the coordinates first")
     if (demand < 0).any() or (demand.sum(-1) <= 0).any():
         raise ValueError("'demand' must not be negative, and every customer must demand something")
     over = demand > 1 + LOAD_TOLERANCE

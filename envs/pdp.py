@@ -16,7 +16,7 @@ import numpy as np
 
 from envs.base import DepotVectorEnv, SingleRoutingEnv
 from envs.instances import STATIC_KEYS as INSTANCE_KEYS
-from envs.instances import read_arrays
+from envs.instances import check_arrays, read_arrays
 
 STATIC_KEYS = INSTANCE_KEYS["pdp"]
 VARIANTS = ("pdp", "cpdp")
@@ -54,15 +54,7 @@ def check_pdp_instances(instances: dict, num_instances: int | None = None, num_n
     arrays. ``ValueError`` names what to fix."""
     out, m, n = read_arrays("pdp", instances, STATIC_KEYS, num_instances, num_nodes)
     check_pairs(n)
-    expected = {"depot": (m, 2), "coords": (m, n, 2), "load": (m, n // 2)}
-    for key, value in out.items():
-        if value.shape != expected[key]:
-            raise ValueError(f"{key!r} must have shape {list(expected[key])}, got {list(value.shape)}")
-        if not np.isfinite(value).all():
-            raise ValueError(f"{key!r} contains NaN or infinite values")
-    for key in ("coords", "depot"):
-        if (out[key] < 0).any() or (out[key] > 1).any():
-            raise ValueError(f"{key!r} must lie in the unit square [0, 1]^2; normalise the coordinates first")
+    check_arrays(out, {"depot": (m, 2), "coords": (m, n, 2), "load": (m, n // 2)})
     if (out["load"] < 0).any():
         raise ValueError("'load' must not be negative")
     if (out["load"] > 1 + LOAD_TOLERANCE).any():

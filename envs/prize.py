@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from envs.base import DepotVectorEnv, SingleRoutingEnv
-from envs.instances import STATIC_KEYS, cvrp_capacity, read_arrays
+from envs.instances import STATIC_KEYS, check_arrays, cvrp_capacity, read_arrays
 
 TOLERANCE = 1e-5
 MIN_PRIZE = 1.0  # pctsp: the prize a tour must collect (Kool et al.)
@@ -83,16 +83,15 @@ def check_prize_instances(
     as float64 arrays; ``ValueError`` names what to fix: shapes, NaN, points outside the unit square,
     negative prizes or penalties, a non-positive ``max_length``, demands outside (0, 1]."""
     out, m, n = read_arrays(problem, instances, STATIC_KEYS[problem], num_instances, num_nodes)
-    expected = {"depot": (m, 2), "coords": (m, n, 2), "prize": (m, n), "penalty": (m, n), "demand": (m, n)}
-    expected["max_length"] = (m,)
-    for key, value in out.items():
-        if value.shape != expected[key]:
-            raise ValueError(f"{key!r} must have shape {list(expected[key])}, got {list(value.shape)}")
-        if not np.isfinite(value).all():
-            raise ValueError(f"{key!r} contains NaN or infinite values")
-    for key in ("coords", "depot"):
-        if (out[key] < 0).any() or (out[key] > 1).any():
-            raise ValueError(f"{key!r} must lie in the unit square [0, 1]^2; normalise the coordinates first")
+    shapes = {
+        "depot": (m, 2),
+        "coords": (m, n, 2),
+        "prize": (m, n),
+        "penalty": (m, n),
+        "demand": (m, n),
+        "max_length": (m,),
+    }
+    check_arrays(out, {key: shapes[key] for key in out})
     for key in ("prize", "penalty"):
         if key in out and (out[key] < 0).any():
             b, i = np.argwhere(out[key] < 0)[0]

@@ -1,4 +1,5 @@
-"""Independent reference computations for the tests: plain Python, no code of the project."""
+"""Independent reference computations for the tests (plain Python, no code of the project), and the
+random rollout that drives an env under test."""
 
 from __future__ import annotations
 
@@ -228,3 +229,21 @@ def check_mdvrp_actions(actions, instance) -> float:
         clock = max(clock + leg, opening[a]) + service[a]
         here = a
     return total
+
+
+def run_random(env, rng, options=None, seed=None):
+    """Random allowed actions to the end; asserts that the mask always allows an action. Returns the
+    actions [M, N, T], rewards [M, N, T] and the step [M, N] at which each trajectory finished."""
+    obs, _ = env.reset(seed=seed, options=options)
+    actions, rewards, done = [], [], []
+    for _ in range(env.max_episode_steps):
+        assert obs["action_mask"].any(-1).all(), "a trajectory has no allowed action"
+        a = random_allowed_actions(obs["action_mask"], rng)
+        obs, r, terminated, _, _ = env.step(a)
+        actions.append(a)
+        rewards.append(r)
+        done.append(terminated)
+        if terminated.all():
+            break
+    assert env.terminated.all(), "episode did not finish within max_episode_steps"
+    return np.stack(actions, -1), np.stack(rewards, -1), np.stack(done, -1).argmax(-1)

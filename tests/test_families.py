@@ -17,6 +17,7 @@ from checks import (
     check_pcvrp_actions,
     check_pdp_actions,
     random_allowed_actions,
+    run_random,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,24 +39,6 @@ def check(problem: str, actions, instance) -> float:
         return check_pdp_actions(actions, instance["depot"], instance["coords"], instance["load"])
     checkers = {"op": check_op_actions, "pctsp": check_pctsp_actions, "pcvrp": check_pcvrp_actions}
     return (checkers | {"mdvrp": check_mdvrp_actions})[problem](actions, instance)
-
-
-def run_random(env, rng, options=None, seed=None):
-    """Random allowed actions to the end; asserts that the mask always allows an action. Returns the
-    actions [M, N, T], rewards [M, N, T] and the step [M, N] at which each trajectory finished."""
-    obs, _ = env.reset(seed=seed, options=options)
-    actions, rewards, done = [], [], []
-    for _ in range(env.max_episode_steps):
-        assert obs["action_mask"].any(-1).all(), "a trajectory has no allowed action"
-        a = random_allowed_actions(obs["action_mask"], rng)
-        obs, r, terminated, _, _ = env.step(a)
-        actions.append(a)
-        rewards.append(r)
-        done.append(terminated)
-        if terminated.all():
-            break
-    assert env.terminated.all(), "episode did not finish within max_episode_steps"
-    return np.stack(actions, -1), np.stack(rewards, -1), np.stack(done, -1).argmax(-1)
 
 
 def make(env_id: str, m: int, n: int, traj: int):

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from checks import SHARED, check_vrp_actions, random_allowed_actions
+from checks import SHARED, check_vrp_actions, random_allowed_actions, run_random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,22 +21,6 @@ from envs.vrp import VARIANTS, check_vrp_instances, instance_variants, vrp_datas
 from models import Agent, load_agent, save_checkpoint
 from search import decode
 from search.solutions import InvalidTourError, vrp_cost
-
-
-def run_random(env, rng, options=None, seed=None):
-    """Random allowed actions to the end; checks that the mask always allows an action."""
-    obs, _ = env.reset(seed=seed, options=options)
-    actions, rewards = [], []
-    for _ in range(env.max_episode_steps):
-        assert obs["action_mask"].any(-1).all(), "a trajectory has no allowed action"
-        a = random_allowed_actions(obs["action_mask"], rng)
-        obs, r, terminated, _, _ = env.step(a)
-        actions.append(a)
-        rewards.append(r)
-        if terminated.all():
-            break
-    assert env.terminated.all(), "episode did not finish within max_episode_steps"
-    return np.stack(actions, -1), np.stack(rewards, -1)
 
 
 def one(static, b):
@@ -56,7 +40,7 @@ def test_sixteen_registered_variants():
 @given(n=st.integers(2, 14), m=st.integers(1, 3), traj=st.integers(1, 4), seed=st.integers(0, 2**31))
 def test_random_trajectories_are_feasible_and_rewards_are_costs(variant, n, m, traj, seed):
     env = VRPVectorEnv(num_envs=m, num_nodes=n, n_traj=traj, variant=variant)
-    actions, rewards = run_random(env, np.random.default_rng(seed), seed=seed)
+    actions, rewards, _ = run_random(env, np.random.default_rng(seed), seed=seed)
     without_backhauls = variant.replace("vrpb", "vrp") if variant != "vrpb" else "cvrp"  # none drawn
     assert set(instance_variants(env.static)) <= {variant, without_backhauls}
     for b in range(m):
@@ -71,7 +55,7 @@ def test_random_trajectories_are_feasible_and_rewards_are_costs(variant, n, m, t
 @given(n=st.integers(2, 12), m=st.integers(1, 6), seed=st.integers(0, 2**31))
 def test_mixed_variant_trajectories_are_feasible(n, m, seed):
     env = VRPVectorEnv(num_envs=m, num_nodes=n, n_traj=3, variant="all")
-    actions, rewards = run_random(env, np.random.default_rng(seed), seed=seed)
+    actions, rewards, _ = run_random(env, np.random.default_rng(seed), seed=seed)
     for b in range(m):
         for j in range(3):
             assert -rewards[b, j].sum() == pytest.approx(check_vrp_actions(actions[b, j], one(env.static, b)))
