@@ -138,6 +138,9 @@ def save_checkpoint(payload: dict, path: str | os.PathLike) -> None:
             torch.save({"format": FORMAT, **payload}, f)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's file is private (0600); a checkpoint is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -4,6 +4,7 @@ decoded solutions, reference solvers, bad input, training and evaluation end to 
 
 import importlib
 import json
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -29,6 +30,7 @@ from search import decode
 from search.solutions import COSTS, InvalidTourError
 
 FAMILY_IDS = list(FAMILY_ENVS)
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints" / "families"
 
 
 def check(problem: str, actions, instance) -> float:
@@ -266,3 +268,27 @@ def test_family_checkpoints_round_trip(tmp_path, family_agents):
     save_checkpoint(payload, tmp_path / "op.pt")
     agent, ckpt = load_agent(tmp_path / "op.pt")
     assert ckpt["problem"] == "op" and agent.problem == "op"
+
+
+@pytest.mark.parametrize(
+    ("name", "greedy", "multi_greedy"),
+    [
+        ("mrcvrp", 7.1603, 6.8017),
+        ("pdp", 5.1889, 5.0346),
+        ("cpdp", 5.9380, 5.6242),
+        ("op", -4.8810, -5.2762),
+        ("pctsp", 3.5401, 3.3794),
+        ("pcvrp", 3.1661, 3.1453),
+    ],
+)
+def test_shipped_family_checkpoints_reproduce_their_figures(name, greedy, multi_greedy):
+    """The weights in checkpoints/families/ (README's table) decode the first 50 test instances of
+    their env (size 20) to the mean costs measured when they were shipped."""
+    from models import load_agent
+
+    torch.set_num_threads(1)
+    agent, ckpt = load_agent(CHECKPOINTS / f"{name}20.pt")
+    assert "optimizer" not in ckpt and ckpt["num_nodes"] == 20
+    data = standard_dataset(ckpt["problem"], 20, "test", 50, FAMILY_ENVS[ckpt["args"]["env_id"]][2])
+    assert decode(agent, data, "greedy").lengths.mean() == pytest.approx(greedy, rel=2e-3)
+    assert decode(agent, data, "multi-greedy").lengths.mean() == pytest.approx(multi_greedy, rel=2e-3)
