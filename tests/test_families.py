@@ -279,6 +279,8 @@ def test_family_checkpoints_round_trip(tmp_path, family_agents):
         ("op", -4.8810, -5.2762),
         ("pctsp", 3.5401, 3.3794),
         ("pcvrp", 3.1661, 3.1453),
+        ("mdvrp", 5.6274, 5.2923),
+        ("mdvrptw", 7.4139, 7.0080),
     ],
 )
 def test_shipped_family_checkpoints_reproduce_their_figures(name, greedy, multi_greedy):
