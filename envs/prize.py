@@ -140,14 +140,17 @@ class PrizeVectorEnv(DepotVectorEnv):
         self.num_served += actions != 0
         return length
 
-    def _skipped(self, weights: np.ndarray, ending: np.ndarray) -> np.ndarray:
-        """The summed ``weights`` [M, n] of the customers not visited, where ``ending`` [M, N]."""
+    def _skipped(self, weights: np.ndarray, ending: np.ndarray) -> np.ndarray | float:
+        """The summed ``weights`` [M, n] of the customers not visited, where ``ending`` [M, N] (0 elsewhere)."""
+        if not ending.any():
+            return 0.0
         left = np.einsum("mjn,mn->mj", self.unvisited[..., 1:].astype(np.float64), weights)
         return np.where(ending, left, 0.0)
 
 
 class OPVectorEnv(PrizeVectorEnv):
-    """Orienteering (see the module docstring); ``prize_type`` const / unif / dist for random instances."""
+    """Orienteering (see the module docstring); ``variant``: the prize type of random instances
+    (const, unif or dist)."""
 
     problem = "op"
 
