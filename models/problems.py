@@ -51,19 +51,6 @@ class TSPEmbedding(StaticEmbedding):
         return self.node(static["coords"])
 
 
-class CVRPEmbedding(StaticEmbedding):
-    """depot [B, 2], coords [B, n, 2], demand [B, n] -> node embeddings [B, n + 1, d], depot first."""
-
-    def __init__(self, embed_dim: int):
-        super().__init__()
-        self.depot = nn.Linear(2, embed_dim)
-        self.node = nn.Linear(3, embed_dim)
-
-    def forward(self, static: dict) -> torch.Tensor:
-        customers = self.node(torch.cat([static["coords"], static["demand"][..., None]], dim=-1))
-        return torch.cat([self.depot(static["depot"])[:, None], customers], dim=1)
-
-
 class TSPContext(nn.Module):
     """[first node ; last node] embeddings, or a learned placeholder before the first action.
 
@@ -92,26 +79,53 @@ class TSPContext(nn.Module):
         return sum_slot_rows(cache.node_context, nodes.masked_fill(state["is_initial_action"][..., None], placeholder))
 
 
-class CVRPContext(nn.Module):
-    """[last node embedding ; remaining load as a fraction of capacity]."""
+class DepotEmbedding(StaticEmbedding):
+    """The depot problems whose nodes carry fixed features (CVRP: the demand): depot [B, 2] -> one
+    linear map; each
+    customer's [coords ; the static arrays ``keys``] ([B, n] or [B, n, R] each, ``features`` columns in
+    all) -> another. -> node embeddings [B, n + 1, d], depot first."""
+
+    def __init__(self, embed_dim: int, keys: tuple, features: int):
+        super().__init__()
+        self.keys = keys
+        self.depot = nn.Linear(2, embed_dim)
+        self.node = nn.Linear(features, embed_dim)
+
+    def forward(self, static: dict) -> torch.Tensor:
+        columns = [static["coords"]] + [x if x.dim() == 3 else x[..., None] for x in (static[k] for k in self.keys)]
+        return torch.cat([self.depot(static["depot"])[:, None], self.node(torch.cat(columns, dim=-1))], dim=1)
+
+
+class LastNodeContext(nn.Module):
+    """[last node embedding ; the dynamic arrays ``keys`` ([B, N] or [B, N, R] each, ``features``
+    columns in all)]: e.g. CVRP's remaining load."""
 
     node_slots = 1
 
-    def __init__(self, embed_dim: int):
+    def __init__(self, embed_dim: int, keys: tuple, features: int):
         super().__init__()
-        self.context_dim = embed_dim + 1
+        self.keys, self.num_features = keys, features
+        self.context_dim = embed_dim + features
 
     def node_rows(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """[B, n + 1, 1, d]: the nodes' projected embeddings."""
         return project_slots(h, weight, self.node_slots)
 
     def forward(self, cache, state: dict, weight: torch.Tensor) -> torch.Tensor:
-        """Projected step context [B, N, d]; ``weight`` [d, d + 1] is the context projection."""
+        """Projected step context [B, N, d]; ``weight`` [d, d + features] is the context projection."""
         last = sum_slot_rows(cache.node_context, state["last_node"][..., None])
-        return last + state["current_load"][..., None] * weight[:, -1]
+        features = torch.cat([x if x.dim() == 3 else x[..., None] for x in (state[k] for k in self.keys)], dim=-1)
+        return last + features @ weight[:, -self.num_features :].T
 
 
-PROBLEM_MODULES = {"tsp": (TSPEmbedding, TSPContext), "cvrp": (CVRPEmbedding, CVRPContext)}
+def _family(keys: tuple, features: int, context: tuple, context_features: int) -> tuple:
+    return (
+        partial(DepotEmbedding, keys=keys, features=features),
+        partial(LastNodeContext, keys=context, features=context_features),
+    )
+
+
+PROBLEM_MODULES = {"tsp": (TSPEmbedding, TSPContext), "cvrp": _family(("demand",), 3, ("current_load",), 1)}
 
 
 def finite_or_zero(x: torch.Tensor) -> torch.Tensor:
@@ -204,44 +218,6 @@ class VRPContext(nn.Module):
 PROBLEM_MODULES["mtvrp"] = (VRPEmbedding, VRPContext)
 
 
-class DepotEmbedding(StaticEmbedding):
-    """The depot problems whose nodes carry fixed features: depot [B, 2] -> one linear map; each
-    customer's [coords ; the static arrays ``keys``] ([B, n] or [B, n, R] each, ``features`` columns in
-    all) -> another. -> node embeddings [B, n + 1, d], depot first."""
-
-    def __init__(self, embed_dim: int, keys: tuple, features: int):
-        super().__init__()
-        self.keys = keys
-        self.depot = nn.Linear(2, embed_dim)
-        self.node = nn.Linear(features, embed_dim)
-
-    def forward(self, static: dict) -> torch.Tensor:
-        columns = [static["coords"]] + [x if x.dim() == 3 else x[..., None] for x in (static[k] for k in self.keys)]
-        return torch.cat([self.depot(static["depot"])[:, None], self.node(torch.cat(columns, dim=-1))], dim=1)
-
-
-class LastNodeContext(nn.Module):
-    """[last node embedding ; the dynamic arrays ``keys`` ([B, N] or [B, N, R] each, ``features``
-    columns in all)]: CVRPContext for any set of scalar state features."""
-
-    node_slots = 1
-
-    def __init__(self, embed_dim: int, keys: tuple, features: int):
-        super().__init__()
-        self.keys, self.num_features = keys, features
-        self.context_dim = embed_dim + features
-
-    def node_rows(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """[B, n + 1, 1, d]: the nodes' projected embeddings."""
-        return project_slots(h, weight, self.node_slots)
-
-    def forward(self, cache, state: dict, weight: torch.Tensor) -> torch.Tensor:
-        """Projected step context [B, N, d]; ``weight`` [d, d + features] is the context projection."""
-        last = sum_slot_rows(cache.node_context, state["last_node"][..., None])
-        features = torch.cat([x if x.dim() == 3 else x[..., None] for x in (state[k] for k in self.keys)], dim=-1)
-        return last + features @ weight[:, -self.num_features :].T
-
-
 class PDPEmbedding(StaticEmbedding):
     """Pickup and delivery (``envs.pdp``): depot [B, 2]; each pickup [its coords ; its delivery's
     coords ; the pair's load] and each delivery [its coords ; its pickup's coords ; the load], by two
@@ -264,13 +240,6 @@ class PDPEmbedding(StaticEmbedding):
             ],
             dim=1,
         )
-
-
-def _family(keys: tuple, features: int, context: tuple, context_features: int) -> tuple:
-    return (
-        partial(DepotEmbedding, keys=keys, features=features),
-        partial(LastNodeContext, keys=context, features=context_features),
-    )
 
 
 PROBLEM_MODULES |= {
