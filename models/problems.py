@@ -81,9 +81,8 @@ class TSPContext(nn.Module):
 
 class DepotEmbedding(StaticEmbedding):
     """The depot problems whose nodes carry fixed features (CVRP: the demand): depot [B, 2] -> one
-    linear map; each
-    customer's [coords ; the static arrays ``keys``] ([B, n] or [B, n, R] each, ``features`` columns in
-    all) -> another. -> node embeddings [B, n + 1, d], depot first."""
+    linear map; each customer's [coords ; the static arrays ``keys``] ([B, n] or [B, n, R] each,
+    ``features`` columns in all) -> another. -> node embeddings [B, n + 1, d], depot first."""
 
     def __init__(self, embed_dim: int, keys: tuple, features: int):
         super().__init__()
