@@ -182,22 +182,34 @@ def parse_args(argv: list[str] | None = None) -> tuple[Args, set[str]]:
     return args, given
 
 
-def with_defaults(args: Args) -> Args:
-    """Fills the settings whose default depends on others: N is one trajectory per start node with
-    --multi-start (every TSP node, every customer, every pickup: ``envs.start_count``), else 50."""
+def multi_starts(args: Args) -> int:
+    """The distinct first actions of the env at this size (every TSP node, every customer, every
+    pickup: ``envs.start_count``; ``num_nodes`` itself below 2, which ``check_args`` refuses). Exits
+    with one line when the env cannot take the size (an odd pickup-and-delivery size)."""
+    if args.num_nodes < 2:
+        return args.num_nodes
+    try:
+        return start_count(ENV_IDS[args.env_id], args.num_nodes)
+    except ValueError as exc:
+        sys.exit(f"error: --env-id {args.env_id} --num-nodes {args.num_nodes}: {exc}")
+
+
+def with_defaults(args: Args, starts: int) -> Args:
+    """Fills the settings whose default depends on others: N is one trajectory per start node
+    (``starts``, from ``multi_starts``) with --multi-start, else 50."""
     if args.n_traj is None:
         if not args.multi_start or args.num_nodes < 2:  # (a size below 2 is refused by check_args)
             return replace(args, n_traj=50)
-        return replace(args, n_traj=start_count(ENV_IDS[args.env_id], args.num_nodes))
+        return replace(args, n_traj=starts)
     return args
 
 
-def check_args(args: Args) -> None:
-    """Rejects impossible settings before anything starts; the message names the argument."""
+def check_args(args: Args, starts: int) -> None:
+    """Rejects impossible settings before anything starts; the message names the argument.
+    ``starts``: the env's distinct first actions (``multi_starts``)."""
     problems = []
     if args.num_nodes < 2:
         problems.append(f"--num-nodes must be at least 2, got {args.num_nodes}")
-    starts = start_count(ENV_IDS[args.env_id], args.num_nodes) if args.num_nodes >= 2 else args.num_nodes
     if args.multi_start and args.n_traj > starts:
         problems.append(
             f"--n-traj {args.n_traj} exceeds the {starts} start nodes of --multi-start "
@@ -528,11 +540,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
     ckpt = None
     if args.resume:
         args, ckpt = resumed_args(args, set() if given is None else given)
-    try:
-        args = with_defaults(args)
-    except ValueError as exc:  # an env that cannot take these arguments (e.g. an odd pickup-and-delivery size)
-        sys.exit(f"error: --env-id {args.env_id} --num-nodes {args.num_nodes}: {exc}")
-    check_args(args)
+    starts = multi_starts(args)
+    args = with_defaults(args, starts)
+    check_args(args, starts)
     if args.track and (problem := wandb_problem()):
         sys.exit(f"error: --track: {problem}")
     problem = ENV_IDS[args.env_id]

@@ -157,6 +157,7 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes(tmp_path, signum):
         (["--total-seconds", "0"], "--total-seconds must be positive"),
         (["--preset", "pomo"], "pomo"),
         (["--env-id", "pdp-v0", "--num-nodes", "7"], "node 7 would be a delivery without its pickup"),
+        (["--env-id", "pdp-v0", "--num-nodes", "7", "--n-traj", "3"], "node 7 would be a delivery without its pickup"),
         (["--env-id", "pdp-v0", "--num-nodes", "8", "--n-traj", "5"], "--n-traj 5 exceeds the 4 start nodes"),
         (["--env-id", "op-v0", "--eval-instances", "2000"], "--eval-instances must be in 1..1000"),
     ],
