@@ -50,7 +50,7 @@ from models import (
     read_checkpoint,
     save_checkpoint,
 )
-from search import augment, decode, forced_actions
+from search import allowed_starts, augment, decode, forced_actions
 
 
 @dataclass
@@ -378,13 +378,6 @@ def first_nodes(start_actions: torch.Tensor, num_envs: int, n_traj: int) -> torc
         return start_actions.expand(num_envs, -1)
     order = torch.rand(num_envs, len(start_actions), device=start_actions.device).argsort(-1)
     return start_actions[order[:, :n_traj]]
-
-
-def allowed_starts(actions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """First actions [M, N], each replaced by the first allowed action where the mask [M, N, A] forbids
-    it (an orienteering customer too far for a tour of its own); on the device, without a sync."""
-    allowed = mask.gather(-1, actions[..., None]).squeeze(-1)
-    return torch.where(allowed, actions, mask.to(torch.uint8).argmax(-1))
 
 
 def shared_advantages(returns: torch.Tensor, copies: int) -> torch.Tensor:

@@ -1,13 +1,14 @@
 """Search: decoding strategies that turn a trained policy into solutions (greedy, multi-greedy,
 sampling, x8 augmentation), shared by eval.py and ppo_or.py's periodic evaluation."""
 
-from search.decoding import DECODES, DecodeResult, augment, decode, forced_actions, rollout
+from search.decoding import DECODES, DecodeResult, allowed_starts, augment, decode, forced_actions, rollout
 from search.solutions import InvalidTourError, tour_length, validate_tour
 
 __all__ = [
     "DECODES",
     "DecodeResult",
     "InvalidTourError",
+    "allowed_starts",
     "augment",
     "decode",
     "forced_actions",

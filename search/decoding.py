@@ -69,12 +69,13 @@ def forced_actions(mask: np.ndarray) -> np.ndarray | None:
     return None
 
 
-def allowed_or_first(actions: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def allowed_starts(actions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Forced first actions [M, N], each replaced by the first allowed action where the mask [M, N, A]
     forbids it (an orienteering customer too far for a tour of its own, or fewer allowed start nodes
-    than trajectories): such a trajectory repeats another start."""
-    allowed = np.take_along_axis(mask, actions[..., None], axis=-1)[..., 0]
-    return np.where(allowed, actions, mask.argmax(-1))
+    than trajectories): such a trajectory repeats another start. On the tensors' device, without a
+    sync (ppo_or.py's multi-start rollouts use it too)."""
+    allowed = mask.gather(-1, actions[..., None]).squeeze(-1)
+    return torch.where(allowed, actions, mask.to(torch.uint8).argmax(-1))
 
 
 @torch.no_grad()
@@ -113,17 +114,20 @@ def rollout(
             raise RuntimeError(f"{problem} rollout did not finish within {env.max_episode_steps} steps")
         mask = obs["action_mask"]
         if num_starts == len(env.start_actions) and not actions:
-            action = allowed_or_first(np.broadcast_to(env.start_actions, (num_envs, n_traj)), mask)
+            starts = torch.as_tensor(env.start_actions).expand(num_envs, n_traj)
+            action = allowed_starts(starts, torch.from_numpy(mask)).numpy()
         elif (forced := forced_actions(mask)) is not None:
             action = forced
         else:
-            logits, _ = agent(agent.encode(static) if reencode else cache, wrapper.state(static, obs), with_value=False)
+            state = wrapper.state(static, obs)
+            logits, _ = agent(agent.encode(static) if reencode else cache, state, with_value=False)
             if num_starts is not None and not actions:
-                action = allowed_or_first(wrapper.numpy(logits[:, 0].topk(num_starts, dim=-1).indices), mask)
+                action = allowed_starts(logits[:, 0].topk(num_starts, dim=-1).indices, state["action_mask"])
             elif greedy:
-                action = wrapper.numpy(logits.argmax(-1))
+                action = logits.argmax(-1)
             else:
-                action = wrapper.numpy(sample(torch.log_softmax(logits, -1), generator))
+                action = sample(torch.log_softmax(logits, -1), generator)
+            action = wrapper.numpy(action)
         steps += ~env.terminated
         obs, reward, _, _, _ = env.step(action)
         lengths -= reward
