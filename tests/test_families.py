@@ -294,3 +294,21 @@ def test_shipped_family_checkpoints_reproduce_their_figures(name, greedy, multi_
     data = standard_dataset(ckpt["problem"], 20, "test", 50, FAMILY_ENVS[ckpt["args"]["env_id"]][2])
     assert decode(agent, data, "greedy").lengths.mean() == pytest.approx(greedy, rel=2e-3)
     assert decode(agent, data, "multi-greedy").lengths.mean() == pytest.approx(multi_greedy, rel=2e-3)
+
+
+def test_forbidden_starts_repeat_the_first_allowed_action(family_agents):
+    """An orienteering customer beyond the length budget cannot start a tour: multi-greedy (and the
+    trainer's multi-start rollouts, through the same allowed_starts) starts that trajectory with the
+    first allowed action instead."""
+    from search import allowed_starts
+
+    mask = torch.tensor([[[False, True, False, True], [False, True, False, True]]])
+    assert allowed_starts(torch.tensor([[2, 3]]), mask).tolist() == [[1, 3]]
+    data = standard_dataset("op", 6, "test", 2, "dist")
+    data["coords"][:, 0] = 1 - np.round(data["depot"])  # customer 1 in the corner farthest from the depot
+    data["max_length"][:] = 2 * np.hypot(*(data["coords"][:, 0] - data["depot"]).T).min() - 0.01
+    env = VECTOR_ENVS["op"](num_envs=2, num_nodes=6)
+    obs, _ = env.reset(options=data)
+    assert not obs["action_mask"][:, 0, 1].any()  # customer 1 is out of reach in both
+    result = decode(family_agents["op"], data, "multi-greedy")
+    assert all(1 not in tour for tour in result.tours)
