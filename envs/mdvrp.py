@@ -176,15 +176,16 @@ class MDVRPVectorEnv(RoutingVectorEnv):
     def _start(self) -> None:
         s, shape, k = self.static, (self.num_envs, self.n_traj), self.num_depots
         self._set_points(np.concatenate([s["depots"], s["coords"]], axis=1))
-        self._dist, latest, alone = single_trips(s)
+        dist, latest, alone = single_trips(s)
         # node j may be entered from i on a route of depot r while time <= reach: rows [(M * k * A), A]
         # indexed by (m, r, i), gathered by one take per step
-        reach = latest[:, :, None, :] - self._dist[:, None] + TOLERANCE
+        reach = latest[:, :, None, :] - dist[:, None] + TOLERANCE
         self._reach = reach.astype(np.float32).reshape(-1, self.num_actions)
         self._row_offsets = np.arange(self.num_envs)[:, None] * (k * self.num_actions)
         self._gathered = np.empty((*shape, self.num_actions), dtype=np.float32)
         self._alone = np.concatenate([np.zeros((self.num_envs, k, k), dtype=bool), alone], axis=2)  # [M, k, A]
         self.node_demand = np.concatenate([np.zeros((self.num_envs, k)), s["demand"]], axis=1)
+        self._demand32 = self.node_demand[:, None].astype(np.float32)  # [M, 1, A]
         self._opening, self._service = s["time_windows"][..., 0], s["service_time"]
         self.unvisited = np.ones((*shape, self.num_actions), dtype=bool)
         self.unvisited[..., :k] = False
@@ -204,9 +205,9 @@ class MDVRPVectorEnv(RoutingVectorEnv):
         switch = to_depot & at_depot & ~self.terminated
         length = self._move_length(actions)
         reward = -np.where(switch, 0.0, length)
-        begin = np.maximum(self.current_time + length, self._opening[self._rows, actions])
-        depot_open = self._opening[self._rows, np.minimum(actions, k - 1)]
-        self.current_time = np.where(to_depot, depot_open, begin + self._service[self._rows, actions])
+        opening = self._opening[self._rows, actions]  # a depot's opening starts its next route
+        begin = np.maximum(self.current_time + length, opening)
+        self.current_time = np.where(to_depot, opening, begin + self._service[self._rows, actions])
         self.current_load = np.where(to_depot, 1.0, self.current_load - self.node_demand[self._rows, actions])
         self.route_depot = np.where(switch, actions, self.route_depot)
         self.switched = switch
@@ -223,7 +224,7 @@ class MDVRPVectorEnv(RoutingVectorEnv):
         limits = self._reach.take(index, axis=0, out=self._gathered, mode="clip")  # [M, N, A]
         mask = (self.current_time.astype(np.float32)[..., None] <= limits) & self.unvisited
         room = (self.current_load + TOLERANCE).astype(np.float32)[..., None]
-        mask &= self.node_demand[:, None].astype(np.float32) <= room
+        mask &= self._demand32 <= room
         at_depot = (self.last_node < k)[..., None]  # there the route is empty and starts from this depot
         stuck = at_depot & ~mask[..., k:].any(-1, keepdims=True)
         with_work = (self._alone[self._rows] & self.unvisited[:, :, None]).any(-1)  # [M, N, k]
