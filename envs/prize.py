@@ -127,15 +127,11 @@ class PrizeVectorEnv(DepotVectorEnv):
         self.unvisited = np.ones((*shape, self.num_actions), dtype=bool)
         self.num_served = np.zeros(shape, dtype=np.int64)
         self.last_node = np.zeros(shape, dtype=np.int64)
-        self.collected = np.zeros(shape)
-        self.tour_length = np.zeros(shape)
         self._place(self.last_node)
 
     def _visit(self, actions: np.ndarray) -> np.ndarray:
         """The move's common bookkeeping; returns its length [M, N]."""
         length = self._move_length(actions)
-        self.collected = self.collected + self.node_prize[self._rows, actions]
-        self.tour_length = self.tour_length + length
         self.unvisited[self._rows, self._cols, actions] = False
         self.num_served += actions != 0
         return length
@@ -173,6 +169,7 @@ class OPVectorEnv(PrizeVectorEnv):
 
     def _start(self) -> None:
         super()._start()
+        self.tour_length = np.zeros((self.num_envs, self.n_traj))
         points = np.concatenate([self.static["depot"][:, None], self.static["coords"]], axis=1).astype(np.float32)
         x, y = points[..., 0], points[..., 1]
         dist = np.hypot(x[:, :, None] - x[:, None], y[:, :, None] - y[:, None])  # [M, A, A]
@@ -186,7 +183,7 @@ class OPVectorEnv(PrizeVectorEnv):
         self.action_mask[..., 0] = ~self.action_mask[..., 1:].any(-1)  # an empty tour only if nothing is reachable
 
     def _move(self, actions: np.ndarray) -> np.ndarray:
-        self._visit(actions)
+        self.tour_length = self.tour_length + self._visit(actions)
         self.last_node = actions.copy()
         ended = actions == 0
         self.terminated |= ended
@@ -225,11 +222,13 @@ class PCTSPVectorEnv(PrizeVectorEnv):
 
     def _start(self) -> None:
         super()._start()
+        self.collected = np.zeros((self.num_envs, self.n_traj))
         self._update_mask()
 
     def _move(self, actions: np.ndarray) -> np.ndarray:
         ending = (actions == 0) & ~self.terminated
         reward = -self._visit(actions) - self._skipped(self.static["penalty"], ending)
+        self.collected = self.collected + self.node_prize[self._rows, actions]
         self.last_node = actions.copy()
         self.terminated |= actions == 0
         self._update_mask()
