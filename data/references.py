@@ -29,6 +29,33 @@ SOLVERS = {"lkh": ("tsp",), "pyvrp": ("cvrp", "mtvrp", "mrcvrp", "pcvrp", "mdvrp
 LOAD_SCALE = 1_000_000  # demands are fractions of the capacity
 
 
+def scale_up(x: float) -> int:
+    """A time or length x UNIT_SCALE rounded up (travel, openings, service): what PyVRP / OR-Tools
+    accept on the integer data is then feasible on the real one."""
+    return int(np.ceil(x * UNIT_SCALE - 1e-6))
+
+
+def scale_down(x: float) -> int | None:
+    """A closing time or limit x UNIT_SCALE rounded down; None when it is infinite (no bound)."""
+    return int(np.floor(x * UNIT_SCALE + 1e-6)) if np.isfinite(x) else None
+
+
+def late(x: float) -> dict:
+    """``tw_late`` of a window closing at ``x``, none when it never closes."""
+    return {"tw_late": scale_down(x)} if np.isfinite(x) else {}
+
+
+def scaled_distances(points: np.ndarray) -> np.ndarray:
+    """Distances [A, A] between ``points`` [A, 2], x UNIT_SCALE rounded up (``scale_up``)."""
+    dist = np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1))
+    return np.ceil(dist * UNIT_SCALE - 1e-6).astype(np.int64)
+
+
+def depot_points(instance: dict) -> np.ndarray:
+    """The depot and the customers' coordinates [n + 1, 2] of one instance, indexed by action."""
+    return np.concatenate([np.asarray(instance["depot"])[None], instance["coords"]])
+
+
 def integer_distances(dataset: Dataset, index: int) -> np.ndarray:
     dist = dataset.distance_matrix(index)
     return dist.astype(np.int64) if dataset.rounding == "nearest" else np.rint(dist * UNIT_SCALE).astype(np.int64)
@@ -112,25 +139,17 @@ def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
     inst = {key: value[index] for key, value in dataset.instances.items()}
     points = dataset.node_points(index)
     n = len(points) - 1
-    dist = dataset.distance_matrix(index)  # exact: benchmark files were refused above
-    travel = np.ceil(dist * UNIT_SCALE - 1e-6).astype(np.int64)
+    travel = scaled_distances(points)  # exact coordinates: benchmark files were refused above
     if inst["open_route"]:
         travel[:, 0] = 0
     delivery = np.rint(np.concatenate([[0.0], inst["demand_linehaul"]]) * LOAD_SCALE).astype(int)
     pickup = np.rint(np.concatenate([[0.0], inst["demand_backhaul"]]) * LOAD_SCALE).astype(int)
     windows, service = inst["time_windows"], inst["service_time"]
-
-    def down(x: float) -> int | None:
-        return int(np.floor(x * UNIT_SCALE + 1e-6)) if np.isfinite(x) else None
-
-    def up(x: float) -> int:
-        return int(np.ceil(x * UNIT_SCALE - 1e-6))
-
     model = Model()
     closes = np.isfinite(windows[0, 1]) and not inst["open_route"]  # an open route's end is not checked
-    horizon = {"tw_late": down(windows[0, 1])} if closes else {}
-    limit = {"max_distance": down(inst["distance_limit"])} if np.isfinite(inst["distance_limit"]) else {}
-    model.add_vehicle_type(num_available=n, capacity=LOAD_SCALE, tw_early=up(windows[0, 0]), **horizon, **limit)
+    horizon = late(windows[0, 1]) if closes else {}
+    limit = {"max_distance": scale_down(inst["distance_limit"])} if np.isfinite(inst["distance_limit"]) else {}
+    model.add_vehicle_type(num_available=n, capacity=LOAD_SCALE, tw_early=scale_up(windows[0, 0]), **horizon, **limit)
     nodes = [model.add_location(x=float(x), y=float(y)) for x, y in points]
     model.add_depot(nodes[0])
     for i in range(1, n + 1):
@@ -138,9 +157,9 @@ def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
             nodes[i],
             delivery=int(delivery[i]),
             pickup=int(pickup[i]),
-            service_duration=up(service[i]),
-            tw_early=up(windows[i, 0]),
-            **({"tw_late": down(windows[i, 1])} if np.isfinite(windows[i, 1]) else {}),
+            service_duration=scale_up(service[i]),
+            tw_early=scale_up(windows[i, 0]),
+            **late(windows[i, 1]),
         )
     forbidden = 1_000 * UNIT_SCALE * (n + 1)  # longer than any solution: a backhaul never precedes a linehaul
     for i, a in enumerate(nodes):
@@ -186,14 +205,6 @@ def kool_references(problem: str, num_nodes: int, split: str, count: int, cache_
     return lengths
 
 
-def scaled_distances(instance: dict) -> np.ndarray:
-    """Distances [A, A] between depot and customers, x UNIT_SCALE rounded up: a tour within an integer
-    length budget is within the real one."""
-    points = np.concatenate([np.asarray(instance["depot"])[None], instance["coords"]])
-    dist = np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1))
-    return np.ceil(dist * UNIT_SCALE - 1e-6).astype(np.int64)
-
-
 def pyvrp_family_tour(instance: dict, seconds: float) -> np.ndarray:
     """PyVRP's best solution within ``seconds`` of a multi-resource CVRP (one load dimension per
     resource) or a prize-collecting CVRP (optional clients with prizes: PyVRP minimises distance +
@@ -201,8 +212,8 @@ def pyvrp_family_tour(instance: dict, seconds: float) -> np.ndarray:
     demand = np.asarray(instance["demand"], dtype=np.float64)
     loads = np.rint((demand if demand.ndim == 2 else demand[:, None]) * LOAD_SCALE).astype(int)  # [n, R]
     prizes = np.rint(np.asarray(instance["prize"]) * UNIT_SCALE) if "prize" in instance else None
-    points = np.concatenate([np.asarray(instance["depot"])[None], instance["coords"]])
-    return pyvrp_depot_routes(points, scaled_distances(instance), loads, LOAD_SCALE, prizes, seconds)
+    points = depot_points(instance)
+    return pyvrp_depot_routes(points, scaled_distances(points), loads, LOAD_SCALE, prizes, seconds)
 
 
 def ortools_pdp_tour(instance: dict, seconds: float) -> np.ndarray:
@@ -211,7 +222,7 @@ def ortools_pdp_tour(instance: dict, seconds: float) -> np.ndarray:
     (nodes 1..n, then the depot)."""
     routing_module = _ortools_routing()
     pywrapcp, enums = routing_module
-    dist = scaled_distances(instance)
+    dist = scaled_distances(depot_points(instance))
     n = len(instance["coords"])
     half = n // 2
     manager = pywrapcp.RoutingIndexManager(n + 1, 1, 0)
@@ -268,11 +279,11 @@ def cpsat_prize_tour(instance: dict, seconds: float, min_prize: float = 1.0) -> 
         from ortools.sat.python import cp_model
     except ImportError as exc:
         raise ImportError("--reference-solver ortools needs OR-Tools: pip install ortools") from exc
-    dist = scaled_distances(instance)
+    dist = scaled_distances(depot_points(instance))
     n = len(instance["coords"])
     orienteering = "max_length" in instance
     if orienteering:  # customers that fit no tour are left out of the model
-        budget = int(np.floor(float(instance["max_length"]) * UNIT_SCALE + 1e-6))
+        budget = scale_down(float(instance["max_length"]))
         usable = [i for i in range(1, n + 1) if dist[0, i] + dist[i, 0] <= budget]
         if not usable:
             return np.asarray([0])
@@ -334,31 +345,23 @@ def pyvrp_mdvrp_tour(instance: dict, seconds: float) -> np.ndarray:
     depots, coords = np.asarray(instance["depots"]), np.asarray(instance["coords"])
     k, n = len(depots), len(coords)
     points = np.concatenate([depots, coords])
-    dist = np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1))
-    travel = np.ceil(dist * UNIT_SCALE - 1e-6).astype(np.int64)
+    travel = scaled_distances(points)
     windows, service = instance["time_windows"], instance["service_time"]
-
-    def down(x: float) -> dict:
-        return {"tw_late": int(np.floor(x * UNIT_SCALE + 1e-6))} if np.isfinite(x) else {}
-
-    def up(x: float) -> int:
-        return int(np.ceil(x * UNIT_SCALE - 1e-6))
-
     model = Model()
     nodes = [model.add_location(x=float(x), y=float(y)) for x, y in points]
     for d in range(k):
-        depot = model.add_depot(nodes[d], tw_early=up(windows[d, 0]), **down(windows[d, 1]))
+        depot = model.add_depot(nodes[d], tw_early=scale_up(windows[d, 0]), **late(windows[d, 1]))
         model.add_vehicle_type(
-            num_available=n, capacity=LOAD_SCALE, start_depot=depot, end_depot=depot, tw_early=up(windows[d, 0]),
-            **down(windows[d, 1]),
+            num_available=n, capacity=LOAD_SCALE, start_depot=depot, end_depot=depot, tw_early=scale_up(windows[d, 0]),
+            **late(windows[d, 1]),
         )  # fmt: skip
     for i in range(n):
         model.add_client(
             nodes[k + i],
             delivery=int(np.rint(instance["demand"][i] * LOAD_SCALE)),
-            service_duration=up(service[k + i]),
-            tw_early=up(windows[k + i, 0]),
-            **down(windows[k + i, 1]),
+            service_duration=scale_up(service[k + i]),
+            tw_early=scale_up(windows[k + i, 0]),
+            **late(windows[k + i, 1]),
         )
     for i, a in enumerate(nodes):
         for j, b in enumerate(nodes):
