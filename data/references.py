@@ -22,7 +22,7 @@ import numpy as np
 
 from data.datasets import Dataset, load_data
 from envs.instances import KOOL_SEEDS
-from search.solutions import vrp_cost
+from search.solutions import depot_points, vrp_cost
 
 UNIT_SCALE = 10_000
 SOLVERS = {"lkh": ("tsp",), "pyvrp": ("cvrp", "mtvrp", "mrcvrp", "pcvrp", "mdvrp"), "ortools": ("pdp", "op", "pctsp")}
@@ -49,11 +49,6 @@ def scaled_distances(points: np.ndarray) -> np.ndarray:
     """Distances [A, A] between ``points`` [A, 2], x UNIT_SCALE rounded up (``scale_up``)."""
     dist = np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1))
     return np.ceil(dist * UNIT_SCALE - 1e-6).astype(np.int64)
-
-
-def depot_points(instance: dict) -> np.ndarray:
-    """The depot and the customers' coordinates [n + 1, 2] of one instance, indexed by action."""
-    return np.concatenate([np.asarray(instance["depot"])[None], instance["coords"]])
 
 
 def integer_distances(dataset: Dataset, index: int) -> np.ndarray:

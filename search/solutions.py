@@ -124,8 +124,14 @@ def vrp_cost(instance: dict, tour: np.ndarray) -> float:
     return cost
 
 
-def _points(instance: dict) -> np.ndarray:
+def depot_points(instance: dict) -> np.ndarray:
+    """The depot and the customers' coordinates [n + 1, 2] of one instance, indexed by action."""
     return np.concatenate([np.asarray(instance["depot"])[None], instance["coords"]])
+
+
+def routes_length(instance: dict, tour: np.ndarray) -> float:
+    """Euclidean length of ``tour`` (actions 0 = depot .. n, the depot start implied)."""
+    return tour_length(depot_points(instance), np.concatenate([[0], tour]), closed=False)
 
 
 def _visits(kind: str, tour: np.ndarray, num_nodes: int) -> np.ndarray:
@@ -153,7 +159,7 @@ def mrcvrp_cost(instance: dict, tour: np.ndarray) -> float:
             raise InvalidTourError(
                 f"MRCVRP route {route.tolist()} exceeds a capacity (loads {np.round(load, 4).tolist()})"
             )
-    return tour_length(_points(instance), np.concatenate([[0], tour]), closed=False)
+    return routes_length(instance, tour)
 
 
 def pdp_cost(instance: dict, tour: np.ndarray) -> float:
@@ -174,7 +180,7 @@ def pdp_cost(instance: dict, tour: np.ndarray) -> float:
     on_board = np.cumsum(np.where(served <= half, load[(served - 1) % half], -load[(served - 1) % half]))
     if on_board.size and on_board.max() > 1 + CAPACITY_TOLERANCE:
         raise InvalidTourError(f"PDP tour carries {on_board.max():.4f} of the capacity at once")
-    return tour_length(_points(instance), np.concatenate([[0], tour]), closed=False)
+    return routes_length(instance, tour)
 
 
 def op_cost(instance: dict, tour: np.ndarray) -> float:
@@ -183,7 +189,7 @@ def op_cost(instance: dict, tour: np.ndarray) -> float:
     served = _visits("OP", tour, len(instance["coords"]))
     if len(served) != len(tour) - 1:
         raise InvalidTourError("OP solution is not a single tour")
-    length = tour_length(_points(instance), np.concatenate([[0], tour]), closed=False)
+    length = routes_length(instance, tour)
     if length > float(instance["max_length"]) + TIME_TOLERANCE:
         raise InvalidTourError(f"OP tour is longer ({length:.4f}) than the limit {float(instance['max_length']):g}")
     return -float(np.asarray(instance["prize"])[served - 1].sum())
@@ -201,7 +207,7 @@ def pctsp_cost(instance: dict, tour: np.ndarray, min_prize: float = 1.0) -> floa
     if prize[served - 1].sum() < min_prize - CAPACITY_TOLERANCE and len(served) < n:
         raise InvalidTourError(f"PCTSP tour collects {prize[served - 1].sum():.4f}, below the minimum {min_prize:g}")
     skipped = np.setdiff1d(np.arange(1, n + 1), served)
-    length = tour_length(_points(instance), np.concatenate([[0], tour]), closed=False)
+    length = routes_length(instance, tour)
     return length + float(np.asarray(instance["penalty"])[skipped - 1].sum())
 
 
@@ -220,7 +226,7 @@ def pcvrp_cost(instance: dict, tour: np.ndarray) -> float:
         if demand[route[route != 0] - 1].sum() > 1 + CAPACITY_TOLERANCE:
             raise InvalidTourError(f"PCVRP route {route.tolist()} exceeds the vehicle capacity")
     skipped = np.setdiff1d(np.arange(1, n + 1), served)
-    length = tour_length(_points(instance), np.concatenate([[0], tour]), closed=False)
+    length = routes_length(instance, tour)
     return length + float(np.asarray(instance["prize"])[skipped - 1].sum())
 
 
