@@ -180,7 +180,7 @@ def plot_routes(path: str, groups: list, results: list, count: int) -> None:
                 continue
             style = ":" if free_returns and b == 0 else "-"
             ax.plot(points[[a, b], 0], points[[a, b], 1], style, lw=1, color="tab:blue")
-        draw_nodes(ax, group, i, points, tour)
+        draw_nodes(ax, group, i, points, tour, depots)
         start = points[tour[:1]] if group.problem == "tsp" else points[:depots]  # the tour's start, or the depots
         ax.scatter(start[:, 0], start[:, 1], s=60, marker="s", color="tab:red", zorder=4)
         decimals = {"nearest": 0, "tenth-down": 1}.get(group.rounding, 4)
@@ -193,11 +193,11 @@ def plot_routes(path: str, groups: list, results: list, count: int) -> None:
     plt.close(fig)
 
 
-def draw_nodes(ax, group: Dataset, i: int, points: np.ndarray, tour: np.ndarray) -> None:
-    """The nodes of instance ``i``: visited ones black, skipped ones (prize collecting) hollow grey,
+def draw_nodes(ax, group: Dataset, i: int, points: np.ndarray, tour: np.ndarray, depots: int) -> None:
+    """The nodes of instance ``i`` after its ``depots`` (TSP: all of them): visited ones black, skipped ones (prize collecting) hollow grey,
     backhaul customers green triangles, pickups green triangles and deliveries purple upside-down
     triangles with a thin dashed line to their partner (pickup and delivery)."""
-    customers = np.arange(1, len(points)) if group.problem != "tsp" else np.arange(len(points))
+    customers = np.arange(depots, len(points)) if group.problem != "tsp" else np.arange(len(points))
     skipped = np.setdiff1d(customers, tour) if group.problem in ("op", "pctsp", "pcvrp") else np.array([], int)
     shown = np.setdiff1d(customers, skipped)
     ax.scatter(points[shown, 0], points[shown, 1], s=8, color="black", zorder=3)
