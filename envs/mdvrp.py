@@ -226,13 +226,14 @@ class MDVRPVectorEnv(RoutingVectorEnv):
         room = (self.current_load + TOLERANCE).astype(np.float32)[..., None]
         mask &= self._demand32 <= room
         at_depot = (self.last_node < k)[..., None]  # there the route is empty and starts from this depot
-        stuck = at_depot & ~mask[..., k:].any(-1, keepdims=True)
-        with_work = (self._alone[self._rows] & self.unvisited[:, :, None]).any(-1)  # [M, N, k]
-        depots = np.where(stuck, with_work, at_depot & ~self.switched[..., None])
+        finished = at_depot[..., 0] & (self.num_served == self.num_nodes)
+        depots = np.broadcast_to(at_depot & ~self.switched[..., None], (*at_depot.shape[:2], k)).copy()
+        stuck = np.nonzero(at_depot[..., 0] & ~mask[..., k:].any(-1) & ~finished)  # no customer from here
+        if len(stuck[0]):  # only to depots that can still serve a customer alone: [S, k]
+            depots[stuck] = (self._alone[stuck[0]] & self.unvisited[stuck][:, None]).any(-1)
         own = np.arange(k) == self.route_depot[..., None]  # [M, N, k]
         depots = np.where(at_depot, depots & ~own, own)  # from a customer: back to the route's depot only
         mask[..., :k] = depots
-        finished = at_depot[..., 0] & (self.num_served == self.num_nodes)
         mask[finished] = False
         mask[finished, self.last_node[finished]] = True  # a finished trajectory stays at its depot
         self.action_mask = mask
