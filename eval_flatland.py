@@ -6,10 +6,12 @@
 
 Per size (WIDTHxHEIGHTxTRAINS) it plays --episodes maps (seeds --seed, --seed + 1, ...: the same maps
 for every rule) with the greedy policy (with the release heuristic of training, --max-active trains
-at once, closest to their targets first) and with the baselines: every train on its shortest path
-started at once; the same with the release heuristic; random decisions; and, where
-flatland-baselines is installed, its deadlock-avoidance heuristic (acting at every step on the raw
-simulator). A checkpoint with a learned release classifier also plays the policy with it
+at once, closest to their targets first, and within the safety layer when it was trained with it)
+and with the baselines: every train on its shortest path started at once; the same with the release
+heuristic; random decisions; and, where flatland-baselines is installed, its deadlock-avoidance
+heuristic (acting at every step on the raw simulator). For a policy trained with the safety layer it
+also plays that layer alone with shortest-path choices (``shortest_path_safety``, an ablation: what
+the layer gives without the learned policy; reported, not counted as a baseline). A checkpoint with a learned release classifier also plays the policy with it
 (``policy_learned_release``: a train starts when its predicted chance of arriving passes
 --threshold). It prints the fraction of
 trains that arrived, the deadlock fraction, Flatland's normalized score and seconds per simulator
@@ -35,6 +37,7 @@ from models.rail import load_rail_policy, load_release_classifier
 from search.rail import learned_release, play, play_deadlock_avoidance, policy_rule, random_rule, shortest_path_rule
 
 METRICS = ("arrival_rate", "deadlock_rate", "score", "seconds_per_step")
+ABLATION = "shortest_path_safety"  # the safety layer with shortest-path choices, no learned policy
 SHIPPED = Path(__file__).resolve().parent / "checkpoints" / "flatland" / "flatland25.pt"
 
 
@@ -52,7 +55,8 @@ class Args:
     seed: int = 2_000_000
     """the first map's seed (maps seed, seed + 1, ...)"""
     max_active: int | None = None
-    """trains running at once for the policy and the release baseline (default: the checkpoint's training value)"""
+    """trains running at once for the policy and the release baseline (default: the checkpoint's training value;
+    the release baseline: 5 when that was all trains)"""
     threshold: float = 0.5
     """the learned release classifier starts a train when its predicted chance of arriving reaches this"""
     output: str | None = None
@@ -135,28 +139,36 @@ def main(args: Args) -> None:
     classifier = load_release_classifier(ckpt)
     train_args = ckpt["args"]
     depth, radius = train_args["tree_depth"], train_args["comm_radius"]
+    safety = train_args.get("safety", False)
     max_active = args.max_active or train_args["max_active"]
+    release_active = max_active or 5
     print(
         f"policy {checkpoint} (trained on {train_args['width']}x{train_args['height']} with {train_args['trains']} "
-        f"trains), {args.episodes} maps per size from seed {args.seed}, release {max_active} at a time"
+        f"trains{', safety layer' if safety else ''}), {args.episodes} maps per size from seed {args.seed}, "
+        f"release {max_active or 'all'} at a time"
     )
     results = []
     for width, height, trains in sizes:
-        rules = {
-            "policy": (policy_rule(policy), max_active, None),
-            "shortest_path": (shortest_path_rule, None, None),
-            "shortest_path_release": (shortest_path_rule, max_active, None),
-            "random": (random_rule(np.random.default_rng(args.seed)), None, None),
+        rules = {  # name: (rule, trains at once, release rule, safety layer)
+            "policy": (policy_rule(policy), max_active, None, safety),
+            "shortest_path": (shortest_path_rule, None, None, False),
+            "shortest_path_release": (shortest_path_rule, release_active, None, False),
+            "random": (random_rule(np.random.default_rng(args.seed)), None, None, False),
         }
         if classifier is not None:
             rules["policy_learned_release"] = (
                 policy_rule(policy),
                 None,
                 learned_release(classifier, depth, args.threshold),
+                safety,
             )
+        if safety:
+            rules[ABLATION] = (shortest_path_rule, max_active, None, True)
         row = {"width": width, "height": height, "trains": trains, "episodes": args.episodes}
-        for name, (rule, active, release) in rules.items():
-            env = RailDecisionEnv(width, height, trains, max_active=min(active, trains) if active else None)
+        for name, (rule, active, release, guarded) in rules.items():
+            env = RailDecisionEnv(
+                width, height, trains, max_active=min(active, trains) if active else None, safety=guarded
+            )
             played = []
             for k in range(args.episodes):
                 played.append(play(env, args.seed + k, rule, depth, radius, release_rule=release))
@@ -167,7 +179,7 @@ def main(args: Args) -> None:
         if dla[0] is not None:  # flatland-baselines installed
             rules["deadlock_avoidance"] = None
             row["deadlock_avoidance"] = {metric: float(np.mean([p[metric] for p in dla])) for metric in METRICS}
-        baselines = [n for n in rules if not n.startswith("policy")]
+        baselines = [n for n in rules if not n.startswith("policy") and n != ABLATION]
         best = max(baselines, key=lambda n: row[n]["arrival_rate"])
         mine = max((n for n in rules if n.startswith("policy")), key=lambda n: row[n]["arrival_rate"])
         row["lead_over_best_baseline"] = row[mine]["arrival_rate"] - row[best]["arrival_rate"]
@@ -180,6 +192,9 @@ def main(args: Args) -> None:
                 f"score {r['score']:.3f}  {1000 * r['seconds_per_step']:.1f} ms/step"
             )
         print(f"  {mine} vs the best baseline ({best}): {row['lead_over_best_baseline']:+.3f} arrival rate", flush=True)
+        if safety:
+            row["lead_over_safety_layer_alone"] = row[mine]["arrival_rate"] - row[ABLATION]["arrival_rate"]
+            print(f"  {mine} vs the safety layer alone: {row['lead_over_safety_layer_alone']:+.3f} arrival rate")
     if args.output:
         with open(args.output, "w") as f:
             json.dump(results, f, indent=2)

@@ -9,8 +9,11 @@ trains decide only on or before switches, each train's episode ends at its targe
 deadlock, the observation is a tree over the switches ahead plus global features with a random id
 per train, and the reward is 0.01 x distance progress - 5 on deadlock + 10 on arrival. One actor-
 critic serves all trains (models/rail.py); its actor hears the messages of nearby trains through
-attention. During training at most --max-active trains run at once, the closest to their targets
-first.
+attention. With --safety (the default) the policy acts within a safety layer (envs/rail_safety.py):
+it may only take a branch whose path to the target is clear of head-on conflicts, moves chosen in
+the same step are checked one after another, trains enter the map when their path is clear, and
+what is stored for PPO is the action carried out. During training at most --max-active trains run
+at once (default: all), the closest to their targets first.
 
 An iteration plays one whole episode on each of --num-envs maps (a fresh map per episode), all
 environments batched through the policy at each decision step. A transition is one decision of one
@@ -69,9 +72,12 @@ class Args:
     """trains per map"""
     cities: int | None = None
     """cities per map (default: one per 4 trains, at least 2)"""
-    max_active: int = 5
-    """the most trains running at once during training (released closest to their targets first); on 25x25
-    maps with 5 trains, 5 learned to 0.74 arrival in 25 minutes, 3 to 0.50-0.55 (later trains run out of time)"""
+    max_active: int | None = None
+    """the most trains running at once (released closest to their targets first; default: all); without the
+    safety layer on 25x25 maps with 5 trains, 5 learned to 0.74 arrival in 25 minutes, 3 to 0.50-0.55"""
+    safety: bool = True
+    """act within the safety layer (branches with a clear path only, moves checked one after another, trains
+    enter when their path is clear); --no-safety: the policy alone decides, as in the winners' design"""
     tree_depth: int = 2
     """levels of switches in the observation tree (edges: 2 + 4 + ... + 2^depth)"""
     comm_radius: int = 10
@@ -130,7 +136,7 @@ def check_args(args: Args) -> None:
     """Fails early, in one line, on arguments that cannot work."""
     problems = []
     for name in ("trains", "num_envs", "num_minibatches", "update_epochs", "tree_depth", "max_active", "hidden"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.comm_radius < 0 or args.eval_interval < 0 or args.checkpoint_interval < 0:
         problems.append("--comm-radius, --eval-interval and --checkpoint-interval must be >= 0")
@@ -139,12 +145,16 @@ def check_args(args: Args) -> None:
     if problems:
         sys.exit("error: " + "; ".join(problems))
     try:
-        RailDecisionEnv(args.width, args.height, args.trains, args.max_active, args.cities)
+        make_env(args)
     except ValueError as exc:
         sys.exit(f"error: {exc}")
 
 
-def batch(observations: list, keys=("edges", "globals", "neighbors")) -> list:
+def make_env(args: Args) -> RailDecisionEnv:
+    return RailDecisionEnv(args.width, args.height, args.trains, args.max_active, args.cities, args.safety)
+
+
+def batch(observations: list, keys=("edges", "globals", "neighbors", "mask")) -> list:
     """Per-environment observation dicts -> tensors [B, T, ...] of ``keys``."""
     return [torch.as_tensor(np.stack([o[key] for o in observations])) for key in keys]
 
@@ -193,7 +203,7 @@ def train_release_classifier(
     """Release data from the trained greedy policy with the training heuristic and random early
     releases (--release-episodes maps), each release labelled by whether that train arrived; a
     classifier fitted to it (binary cross-entropy). Returns it and its training figures."""
-    env = RailDecisionEnv(args.width, args.height, args.trains, args.max_active, args.cities)
+    env = make_env(args)
     edges, globs, labels = [], [], []
     for _ in range(args.release_episodes):
         record = []
@@ -224,7 +234,7 @@ def train_release_classifier(
 
 def evaluate(policy: RailPolicy, args: Args) -> dict:
     """The greedy policy on the validation maps: mean arrival and deadlock rate and score."""
-    env = RailDecisionEnv(args.width, args.height, args.trains, args.max_active, args.cities)
+    env = make_env(args)
     results = [
         play(env, VAL_SEED + k, policy_rule(policy), args.tree_depth, args.comm_radius)
         for k in range(args.eval_episodes)
@@ -243,7 +253,7 @@ def main(args: Args) -> None:
             sys.exit(f"error: --resume: {exc}")
         if ckpt.get("problem") != "rail" or "optimizer" not in ckpt:
             sys.exit(f"error: --resume: {args.resume} is not a ppo_flatland.py training checkpoint")
-        args = Args(**{**ckpt["args"], "resume": args.resume})
+        args = Args(**{"safety": False, **ckpt["args"], "resume": args.resume})  # older runs had no safety layer
     check_args(args)
     run_name = (
         ckpt["run_name"]
@@ -263,10 +273,7 @@ def main(args: Args) -> None:
     rng = np.random.default_rng(args.seed)
 
     # env setup: one simulator per map, each playing one episode per iteration
-    envs = [
-        RailDecisionEnv(args.width, args.height, args.trains, args.max_active, args.cities)
-        for _ in range(args.num_envs)
-    ]
+    envs = [make_env(args) for _ in range(args.num_envs)]
     slots = edge_slots(args.tree_depth)
     model_config = {
         "edge_slots": slots,
@@ -332,8 +339,9 @@ def main(args: Args) -> None:
     stop = StopRequest()
     release = {}  # the learned release classifier, once trained
     print(
-        f"ppo_flatland: {args.width}x{args.height} maps, {args.trains} trains (at most {args.max_active} running), "
-        f"{args.num_envs} maps per iteration, tree depth {args.tree_depth}\nrun {run_dir}: {args.total_timesteps:,} "
+        f"ppo_flatland: {args.width}x{args.height} maps, {args.trains} trains (at most {args.max_active or args.trains} "
+        f"running{', safety layer' if args.safety else ''}), {args.num_envs} maps per iteration, tree depth "
+        f"{args.tree_depth}\nrun {run_dir}: {args.total_timesteps:,} "
         f"decisions" + (f", at most {args.total_seconds:g} s" if args.total_seconds else ""),
         flush=True,
     )
@@ -351,8 +359,8 @@ def main(args: Args) -> None:
         # rollout: one episode per map, all maps through the policy together at each decision step
         rollout_start = time.time()
         ids = rng.random((args.num_envs, args.trains))  # each train's random id for this episode
-        for env in envs:
-            env.reset(int(rng.integers(2**31)))
+        for b, env in enumerate(envs):
+            env.reset(int(rng.integers(2**31)), ids=ids[b])
         obs = [observe(env, args.tree_depth, ids[b], args.comm_radius) for b, env in enumerate(envs)]
         stored, rewards, deciding, finished_after = [], [], [], []
         actions, logprobs, values = [], [], []
@@ -360,16 +368,14 @@ def main(args: Args) -> None:
         decisions = 0
         with torch.no_grad():
             while not all(env.done for env in envs):
-                edges, globs, neighbors = batch(obs)
-                logits, value = policy(edges, globs, neighbors)
+                edges, globs, neighbors, allowed = batch(obs)
+                logits, value = policy(edges, globs, neighbors, allowed)
                 dist = torch.distributions.Categorical(logits=logits)
-                action = dist.sample()
+                action = dist.sample()  # [B, T]; the safety layer may turn a move into a stop
                 step_deciding = np.stack([o["deciding"] for o in obs]) & ~np.array(
                     [[env.done] * args.trains for env in envs]
                 )
-                stored.append({"edges": edges, "globals": globs, "neighbors": neighbors})
-                actions.append(action)
-                logprobs.append(dist.log_prob(action))
+                stored.append({"edges": edges, "globals": globs, "neighbors": neighbors, "mask": allowed})
                 values.append(value)
                 deciding.append(step_deciding)
                 rewards.append(np.zeros((args.num_envs, args.trains)))
@@ -380,13 +386,16 @@ def main(args: Args) -> None:
                 for b, env in enumerate(envs):
                     if env.done:
                         continue
-                    reward, finished, _ = env.step(action[b].numpy())
+                    reward, finished, info = env.step(action[b].numpy())
+                    action[b] = torch.as_tensor(info["actions"])
                     for t in range(args.trains):
                         k = last_decision[b, t]
                         if k >= 0 and not finished_after[k][b, t]:
                             rewards[k][b, t] += reward[t]
                             finished_after[k][b, t] = finished[t]
                     obs[b] = observe(env, args.tree_depth, ids[b], args.comm_radius)
+                actions.append(action)
+                logprobs.append(dist.log_prob(action))
             last_values = policy(*batch(obs))[1].numpy()
         rollout_time = time.time() - rollout_start
         global_step += decisions
@@ -406,7 +415,7 @@ def main(args: Args) -> None:
             args.gae_lambda,
         )
         b_obs = {
-            key: torch.cat([s[key] for s in stored]) for key in ("edges", "globals", "neighbors")
+            key: torch.cat([s[key] for s in stored]) for key in ("edges", "globals", "neighbors", "mask")
         }  # [S * B, T, ...]
         b_mask = torch.as_tensor(deciding_arr.reshape(-1, args.trains))
         b_actions = torch.stack(actions).reshape(-1, args.trains)
@@ -426,7 +435,7 @@ def main(args: Args) -> None:
                 idx = order[start : start + minibatch]
                 mask = b_mask[idx].float()
                 count = mask.sum().clamp(min=1)
-                logits, newvalue = policy(b_obs["edges"][idx], b_obs["globals"][idx], b_obs["neighbors"][idx])
+                logits, newvalue = policy(*(b_obs[key][idx] for key in ("edges", "globals", "neighbors", "mask")))
                 dist = torch.distributions.Categorical(logits=logits)
                 newlogprob, entropy = dist.log_prob(b_actions[idx]), dist.entropy()
                 logratio = newlogprob - b_logprobs[idx]

@@ -6,7 +6,9 @@ decisions than train-steps. Prints, per map size, the wrapper's decisions/s and 
 and the raw simulator stepped with one action per train per step (what a policy would be asked
 without the wrapper): train-steps/s, and the ratio of decisions to train-steps (the share of
 choices the wrapper leaves to the policy). Both sides' times include drawing the map (the wrapper's
-reset draws it), after one warm-up draw per size. One process, no model.
+reset draws it), after one warm-up draw per size. Then the same episodes (seeds and decisions)
+through the wrapper with the safety layer on (envs/rail_safety.py: path checks at every decision
+and map entry), its simulator steps/s and the ratio to the plain wrapper's. One process, no model.
 
     python bench/rail_throughput.py [--sizes 25x25x5 35x35x10] [--episodes 5]
 """
@@ -51,13 +53,25 @@ def main():
             raw_seconds += time.perf_counter() - start
             train_steps += steps * trains
             raw_steps += steps
+        safe = RailDecisionEnv(width, height, trains, safety=True)
+        rng = np.random.default_rng(0)
+        safe_steps, safe_seconds = 0, 0.0
+        for seed in range(args.episodes):
+            start = time.perf_counter()
+            safe.reset(seed)
+            while not safe.done:
+                safe.step(rng.integers(0, 3, size=trains))
+            safe_seconds += time.perf_counter() - start
+            safe_steps += safe.simulator_steps
         print(
             f"{width}x{height}, {trains} trains, {args.episodes} episodes: wrapper {decisions / wrapper_seconds:,.0f} "
             f"decisions/s ({sim_steps / wrapper_seconds:,.0f} simulator steps/s, {decisions:,} decisions over "
             f"{sim_steps:,} steps); raw simulator {train_steps / raw_seconds:,.0f} train-steps/s "
             f"({raw_steps / raw_seconds:,.0f} steps/s); the policy is asked {decisions / (sim_steps * trains):.0%} "
             f"of the train-steps; simulator steps/s through the wrapper vs raw "
-            f"{(sim_steps / wrapper_seconds) / (raw_steps / raw_seconds):.2f}x",
+            f"{(sim_steps / wrapper_seconds) / (raw_steps / raw_seconds):.2f}x; with the safety layer "
+            f"{safe_steps / safe_seconds:,.0f} simulator steps/s, "
+            f"{(safe_steps / safe_seconds) / (sim_steps / wrapper_seconds):.2f}x the plain wrapper's",
             flush=True,
         )
 

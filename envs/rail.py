@@ -16,6 +16,12 @@ a deadlock, and a scheduler releases a few trains at a time.
 - **Release scheduling.** At most ``max_active`` trains are on the map (or waiting to enter it) at
   once; when one finishes, the next is released. ``release_order`` is the training heuristic: the
   trains closest to their targets first.
+- **Safety layer** (``safety=True``, ``envs.rail_safety``): a deciding train may only take a branch
+  whose path to its target is clear of head-on conflicts (``action_mask``); moves of trains deciding
+  in the same step are checked one after another and a move no longer clear becomes a stop; a
+  released train enters the map only when its path is clear.
+- Each train draws a random id in [0, 1] per episode (``ids``): it orders the safety checks and
+  enters the observation (it lets trains settle who yields).
 
 Shapes: T trains. Positions are (row, column); directions 0..3 = north, east, south, west.
 """
@@ -111,6 +117,15 @@ def simulator_action(direction: int, exit_direction: int) -> int:
     return {3: MOVE_LEFT, 1: MOVE_RIGHT}.get((exit_direction - direction) % 4, MOVE_FORWARD)
 
 
+def occupancy(env) -> dict:
+    """{cell: (train, heading)} of the trains on the map."""
+    return {
+        agent.current_configuration[0]: (agent.handle, agent.current_configuration[1])
+        for agent in env.agents
+        if agent.current_configuration is not None
+    }
+
+
 def deadlocked_trains(env) -> set[int]:
     """Trains that can never move again: the largest set of trains on the map in which every cell that
     each train may enter next is occupied by a train of the set (two trains head-on on one track;
@@ -140,9 +155,11 @@ class RailDecisionEnv:
     """Flatland with decisions at switches, per-train episodes, shaped rewards and release scheduling.
 
     ``reset(seed)`` draws a map; ``deciding()`` -> bool [T], the trains that must act now;
-    ``step(actions)`` (actions [T] in ``ACTIONS``, read for the deciding trains only) runs the
-    simulator until a train must decide again and returns (rewards [T] float, finished [T] bool,
-    info) with the rewards summed since the previous call.
+    ``action_mask()`` -> bool [T, 3], the actions the safety layer allows; ``step(actions)`` (actions
+    [T] in ``ACTIONS``, read for the deciding trains only) runs the simulator until a train must
+    decide again and returns (rewards [T] float, finished [T] bool, info) with the rewards summed
+    since the previous call; ``info["actions"]`` [T] holds the actions carried out (a shielded move
+    becomes STOP).
     """
 
     def __init__(
@@ -152,22 +169,29 @@ class RailDecisionEnv:
         trains: int = 5,
         max_active: int | None = None,
         cities: int | None = None,
+        safety: bool = False,
     ):
         if max_active is not None and max_active < 1:
             raise ValueError(f"max_active must be at least 1, got {max_active}")
         self.width, self.height, self.trains, self.cities = width, height, trains, cities
         self.max_active = max_active or trains
+        self.safety = safety
         check_map(width, height, trains, cities)  # fails early on impossible arguments
         self.env, self.release_rule = None, None
 
     # -- episode -------------------------------------------------------------------------------
-    def reset(self, seed: int, release_order: list[int] | None = None, release_rule=None) -> None:
+    def reset(self, seed: int, release_order: list[int] | None = None, release_rule=None, ids=None) -> None:
         """A new map from ``seed``; trains are released in ``release_order`` (default: the closest to
         their targets first), at most ``max_active`` running; or, with ``release_rule`` (a callable
-        (this env) -> the trains to release now, asked after every simulator step), as it says."""
+        (this env) -> the trains to release now, asked after every simulator step), as it says.
+        ``ids`` [T]: the trains' random ids (default: drawn from ``seed``)."""
+        from envs.rail_safety import PathBook
+
         self.release_rule = release_rule
         self.env = rail_env(self.width, self.height, self.trains, seed, self.cities)
         self.distances = self.env.distance_map.get()  # [T, H, W, 4]
+        self.ids = np.random.default_rng(seed).random(self.trains) if ids is None else np.asarray(ids, dtype=float)
+        self.book = PathBook(self)
         self.arrived = np.zeros(self.trains, dtype=bool)
         self.deadlocked = np.zeros(self.trains, dtype=bool)
         self.released = np.zeros(self.trains, dtype=bool)
@@ -233,22 +257,36 @@ class RailDecisionEnv:
             need[h] = any(decision_point(self.env, *agent.current_configuration))
         return need
 
+    def action_mask(self) -> np.ndarray:
+        """bool [T, 3]: the actions each deciding train may take (all of them without the safety
+        layer, and for trains not deciding)."""
+        from envs.rail_safety import safe_actions
+
+        if not self.safety:
+            return np.ones((self.trains, 3), dtype=bool)
+        return safe_actions(self.book, self.deciding(), occupancy(self.env))
+
     def step(self, actions) -> tuple[np.ndarray, np.ndarray, dict]:
-        """Applies ``actions`` [T] of the deciding trains, then runs forced moves until a train must
-        decide or the episode ends. Returns rewards [T] since the last call, finished [T] and info
-        (``simulator_steps`` taken)."""
+        """Applies ``actions`` [T] of the deciding trains (through the safety layer when on), then runs
+        forced moves until a train must decide or the episode ends. Returns rewards [T] since the last
+        call, finished [T] and info (``simulator_steps`` taken, ``actions`` carried out)."""
+        from envs.rail_safety import shield
+
         deciding = self.deciding()
         self.decisions += int(deciding.sum())
         rewards, self.pending = self.pending, np.zeros(self.trains)
         steps = self.simulator_steps
-        self.simulate(self.simulator_actions(deciding, np.asarray(actions)), rewards)
+        actions = np.asarray(actions)
+        if self.safety:
+            actions = shield(self.book, actions, deciding, occupancy(self.env), self.ids)
+        self.simulate(self.simulator_actions(deciding, actions), rewards)
         self.advance(rewards)
         # distance progress is paid at each decision: since this train's previous decision
         for h in np.flatnonzero(deciding | self.finished):
             now = 0.0 if self.arrived[h] else self.distance(h)
             rewards[h] += DISTANCE_REWARD * (self.last_distance[h] - now)
             self.last_distance[h] = now
-        return rewards, self.finished.copy(), {"simulator_steps": self.simulator_steps - steps}
+        return rewards, self.finished.copy(), {"simulator_steps": self.simulator_steps - steps, "actions": actions}
 
     def advance(self, rewards: np.ndarray) -> None:
         """Forced moves (and waits for trains not yet on the map) until a train must decide."""
@@ -257,13 +295,23 @@ class RailDecisionEnv:
 
     def simulator_actions(self, deciding: np.ndarray, actions) -> dict:
         """The simulator's action per train: the decision's translation for deciding trains, MOVE_FORWARD
-        for released trains elsewhere (entering the map when their start cell is free), DO_NOTHING for
-        trains not released or finished."""
+        for released trains elsewhere (entering the map when their start cell is free and, with the
+        safety layer, their path clear), DO_NOTHING for trains not released or finished."""
+        from flatland.envs.step_utils.states import TrainState
+
+        from envs.rail_safety import clear_to_enter
+
         out = {}
+        occupied = occupancy(self.env) if self.safety else {}
         for agent in self.env.agents:
             h = agent.handle
             if self.finished[h] or not self.released[h]:
                 out[h] = DO_NOTHING
+            elif self.safety and agent.state == TrainState.READY_TO_DEPART:
+                enter = clear_to_enter(self.book, h, occupied)
+                if enter:
+                    occupied[agent.initial_configuration[0]] = (h, agent.initial_configuration[1])
+                out[h] = MOVE_FORWARD if enter else DO_NOTHING
             elif deciding[h]:
                 position, direction = agent.current_configuration
                 ways = branches(self.env, position, direction)

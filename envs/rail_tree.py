@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs.rail import branches, decision_point, exits, next_cell
+from envs.rail import branches, decision_point, exits, next_cell, occupancy
 
 EDGE_FEATURES = (
     "exists",
@@ -52,15 +52,6 @@ GLOBAL_FEATURES = (
 def edge_slots(depth: int) -> int:
     """Edges of a full binary tree of ``depth`` levels below the train: 2 + 4 + ... + 2^depth."""
     return 2 ** (depth + 1) - 2
-
-
-def occupancy(env) -> dict:
-    """{cell: (train, heading)} of the trains on the map."""
-    return {
-        agent.current_configuration[0]: (agent.handle, agent.current_configuration[1])
-        for agent in env.agents
-        if agent.current_configuration is not None
-    }
 
 
 def walk(env, position: tuple, heading: int, limit: int) -> tuple[list, tuple | None, int]:
@@ -159,10 +150,10 @@ def edge_features(wrapper, handle, cells, end, length, occupied, ids, targets, d
 
 def observe(wrapper, depth: int, ids: np.ndarray, radius: int) -> dict:
     """Every train's observation in one env: edges [T, S, len(EDGE_FEATURES)], globals
-    [T, len(GLOBAL_FEATURES)], deciding [T] bool (must act now), active [T] bool (released and
-    unfinished) and neighbors [T, T] bool (active trains whose cells, or start cells while off the
-    map, lie within ``radius`` cells (Manhattan) of each other, self included: the trains whose
-    messages each train receives)."""
+    [T, len(GLOBAL_FEATURES)], deciding [T] bool (must act now), mask [T, 3] bool (the actions the
+    safety layer allows), active [T] bool (released and unfinished) and neighbors [T, T] bool
+    (active trains whose cells, or start cells while off the map, lie within ``radius`` cells
+    (Manhattan) of each other, self included: the trains whose messages each train receives)."""
     env = wrapper.env
     occupied = occupancy(env)
     trains = wrapper.trains
@@ -179,6 +170,7 @@ def observe(wrapper, depth: int, ids: np.ndarray, radius: int) -> dict:
         "edges": edges,
         "globals": globs,
         "deciding": wrapper.deciding(),
+        "mask": wrapper.action_mask(),
         "active": active,
         "neighbors": near & active[:, None] & active[None],
     }

@@ -5,7 +5,8 @@ hidden size. Each train encodes its observation (the tree's edges, flattened, an
 features) into h [B, T, d] and emits a message m = W_m h. It receives the messages of its neighbours
 (``neighbors`` [B, T, T], itself included) and averages them with attention weights: query W_q h_i,
 keys W_k m_j, softmax over the neighbours j. The actor reads [h ; averaged message] and returns
-logits over (stop, left branch, right branch); the critic reads h. Gradients flow through the
+logits over (stop, left branch, right branch), with the actions the safety layer forbids
+(``mask`` [B, T, 3] False) pushed to probability 0; the critic reads h. Gradients flow through the
 messages into the encoders of the trains that sent them.
 """
 
@@ -18,8 +19,8 @@ from torch import nn
 
 
 class RailPolicy(nn.Module):
-    """``forward(edges [B, T, S, F], globals [B, T, G], neighbors [B, T, T] bool)`` -> logits
-    [B, T, 3], values [B, T]."""
+    """``forward(edges [B, T, S, F], globals [B, T, G], neighbors [B, T, T] bool, mask [B, T, 3] bool
+    or None)`` -> logits [B, T, 3], values [B, T]."""
 
     def __init__(self, edge_slots: int, edge_features: int, global_features: int, hidden: int = 128):
         super().__init__()
@@ -33,7 +34,7 @@ class RailPolicy(nn.Module):
         self.critic = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
     def forward(
-        self, edges: torch.Tensor, globals_: torch.Tensor, neighbors: torch.Tensor
+        self, edges: torch.Tensor, globals_: torch.Tensor, neighbors: torch.Tensor, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.encoder(torch.cat([edges.flatten(-2), globals_], dim=-1))  # [B, T, d]
         messages = self.message(h)
@@ -42,6 +43,8 @@ class RailPolicy(nn.Module):
         scores = scores.masked_fill(~(neighbors | eye), float("-inf"))  # a train always hears itself
         received = torch.softmax(scores, dim=-1) @ messages
         logits = self.actor(torch.cat([h, received], dim=-1))
+        if mask is not None:  # a large finite value keeps the entropy finite
+            logits = logits.masked_fill(~mask, -1e9)
         return logits, self.critic(h).squeeze(-1)
 
 

@@ -11,19 +11,28 @@ import time
 import numpy as np
 import torch
 
-from envs.rail import LEFT, RIGHT, STOP, branches, next_cell
-from envs.rail_tree import observe, occupancy, train_observation
+from envs.rail import LEFT, RIGHT, STOP, branches, next_cell, occupancy
+from envs.rail_tree import observe, train_observation
 
 
 def shortest_path_rule(obs: dict, wrapper) -> np.ndarray:
-    """Every deciding train takes the branch on its shortest path to its target and never stops."""
+    """Every deciding train takes the branch on its shortest path to its target and never stops; where
+    the safety layer forbids that branch (``obs["mask"]``), the other branch if allowed and it still
+    leads to the target, else it stops."""
     actions = np.full(wrapper.trains, LEFT)
     for handle in np.flatnonzero(obs["deciding"]):
         position, heading = wrapper.env.agents[handle].current_configuration
         ways = branches(wrapper.env, position, heading)
         distances = wrapper.distances[handle]
-        to_target = [distances[(*next_cell(position, way), way)] for way in ways]
-        actions[handle] = LEFT if to_target[0] <= to_target[-1] else RIGHT
+        to_target = [distances[(*next_cell(position, way), way)] for way in (ways[0], ways[-1])]
+        best, other = (LEFT, RIGHT) if to_target[0] <= to_target[1] else (RIGHT, LEFT)
+        allowed = obs["mask"][handle]
+        if allowed[best]:
+            actions[handle] = best
+        elif allowed[other] and np.isfinite(to_target[other - LEFT]):
+            actions[handle] = other
+        else:
+            actions[handle] = STOP
     return actions
 
 
@@ -37,7 +46,7 @@ def policy_rule(policy, greedy: bool = True, generator: torch.Generator | None =
 
     @torch.no_grad()
     def rule(obs: dict, wrapper) -> np.ndarray:
-        logits, _ = policy(*(torch.as_tensor(obs[k])[None] for k in ("edges", "globals", "neighbors")))
+        logits, _ = policy(*(torch.as_tensor(obs[k])[None] for k in ("edges", "globals", "neighbors", "mask")))
         if greedy:
             return logits[0].argmax(-1).numpy()
         return torch.multinomial(torch.softmax(logits[0], -1), 1, generator=generator).squeeze(-1).numpy()
@@ -78,12 +87,10 @@ def play(wrapper, seed: int, rule, depth: int, radius: int, release_order=None, 
     """One episode of ``wrapper`` on map ``seed`` with ``rule``: arrival_rate, deadlock_rate, score
     (Flatland's normalized score), seconds_per_step (wall time per simulator step, decisions
     included), decisions, simulator_steps."""
-    rng = np.random.default_rng(seed)
     start = time.perf_counter()
     wrapper.reset(seed, release_order, release_rule)
-    ids = rng.random(wrapper.trains)
     while not wrapper.done:
-        wrapper.step(rule(observe(wrapper, depth, ids, radius), wrapper))
+        wrapper.step(rule(observe(wrapper, depth, wrapper.ids, radius), wrapper))
     seconds = time.perf_counter() - start
     steps = wrapper.simulator_steps
     return {

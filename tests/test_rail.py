@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("flatland", reason="flatland-rl is an optional extra: pip install -r requirements-flatland.txt")
 from flatland.envs.step_utils.states import TrainState  # noqa: E402
@@ -15,6 +17,7 @@ from envs.rail import (  # noqa: E402
     deadlocked_trains,
     rail_env,
 )
+from envs.rail_safety import PathBook  # noqa: E402
 
 STEPS = ((-1, 0), (0, 1), (1, 0), (0, -1))  # north, east, south, west: written here, not imported
 
@@ -211,6 +214,8 @@ def observed(env, trains, ids=None, depth=2):
     holder.released = np.ones(holder.trains, dtype=bool)
     holder.arrived = np.zeros(holder.trains, dtype=bool)
     holder.deadlocked = np.zeros(holder.trains, dtype=bool)
+    holder.safety, holder.ids = True, np.linspace(0.1, 0.9, holder.trains)
+    holder.book = PathBook(holder)
     place(env, trains)
     ids = np.linspace(0.1, 0.9, holder.trains) if ids is None else ids
     return observe(holder, depth, ids, radius=5), holder
@@ -281,3 +286,100 @@ def test_head_on_trains_that_can_still_pass_are_not_deadlocked():
                     assert env.agents[0].current_configuration[0] == (r + STEPS[free][0], c + STEPS[free][1])
                     return
     raise AssertionError("no facing switch with a straight track behind one branch on the map")
+
+
+def facing_switch_with_a_track_behind(env):
+    """(switch cell, heading, blocked exit, free exit, the cell behind the blocked exit): a train at the
+    switch heading ``heading`` may leave by either exit, and the cell behind the blocked exit lies on a
+    plain track (one way back towards the switch)."""
+    for r in range(env.height):
+        for c in range(env.width):
+            for d in range(4):
+                on = ways(env, (r, c), d)
+                if len(on) != 2:
+                    continue
+                for blocked, free in (on, on[::-1]):
+                    cell = (r + STEPS[blocked][0], c + STEPS[blocked][1])
+                    back = (blocked + 2) % 4
+                    if ways(env, cell, back) == [back]:
+                        return (r, c), d, blocked, free, cell
+    raise AssertionError("no facing switch with a straight track behind one branch on the map")
+
+
+def test_the_safety_layer_forbids_the_branch_with_a_train_coming_head_on():
+    """Train 0 on a facing switch, train 1 on the first cell of one branch with its only way on into the
+    switch: that branch is masked, stop is allowed (and train 1, before the switch, may only stop); with
+    train 0 alone, the branch is masked only if its path cannot reach the target."""
+    from envs.rail import LEFT, RIGHT, STOP
+
+    env = rail_env(25, 25, 5, seed=0)
+    switch, heading, blocked, _, cell = facing_switch_with_a_track_behind(env)
+    order = sorted(ways(env, switch, heading), key=lambda e: {3: 0, 0: 1, 2: 1, 1: 2}[(e - heading) % 4])
+    action = LEFT if order[0] == blocked else RIGHT
+    obs, _ = observed(env, {0: (switch, heading), 1: (cell, (blocked + 2) % 4)})
+    assert obs["deciding"][0] and obs["mask"][0, STOP] and not obs["mask"][0, action]
+    assert obs["deciding"][1] and obs["mask"][1].tolist() == [True, False, False]  # train 1 faces train 0 too
+    alone, holder = observed(env, {0: (switch, heading)})
+    distances = holder.distances[0]
+    reachable = np.isfinite(distances[cell[0], cell[1], blocked])
+    assert alone["mask"][0, action] == reachable
+
+
+def head_on_pairs(env):
+    """Pairs of trains on a plain track between switches (no switch cell in between, no target there),
+    one about to move into the cell of the other: the test's own walk over the simulator's transitions."""
+    occupied = {a.current_configuration[0]: a for a in env.agents if a.current_configuration is not None}
+    pairs = set()
+    for agent in occupied.values():
+        cell, heading = agent.current_configuration
+        targets = {c for c, _ in agent.targets}
+        behind, seen = cell, 0
+        while seen < env.width * env.height:
+            on = ways(env, cell, heading)
+            if len(on) != 1:
+                break
+            cell, heading = (cell[0] + STEPS[on[0]][0], cell[1] + STEPS[on[0]][1]), on[0]
+            if any(len(ways(env, cell, d)) > 1 for d in range(4)) or cell in targets:
+                break
+            other = occupied.get(cell)
+            if other is not None:
+                theirs = ways(env, cell, other.current_configuration[1])
+                if len(theirs) == 1 and (cell[0] + STEPS[theirs[0]][0], cell[1] + STEPS[theirs[0]][1]) == behind:
+                    pairs.add(frozenset((agent.handle, other.handle)))
+                break
+            behind, seen = cell, seen + 1
+    return pairs
+
+
+@given(seed=st.integers(0, 10_000), stop_share=st.sampled_from([0.0, 0.1, 0.33]))
+@settings(max_examples=6, deadline=None)
+def test_within_the_safety_layer_random_decisions_never_meet_head_on(seed, stop_share):
+    """Random decisions on random maps (25x25, 5 trains, all started at once): every move carried out was
+    allowed by the mask, and after every step no two trains face each other on a plain track (the
+    test's own walk); without the safety layer the same decisions do meet head-on on some maps."""
+    from envs.rail import STOP
+
+    env = RailDecisionEnv(25, 25, 5, safety=True)
+    env.reset(seed)
+    rng = np.random.default_rng(seed)
+    while not env.done:
+        allowed, deciding = env.action_mask(), env.deciding()
+        wanted = np.where(rng.random(5) < stop_share, STOP, rng.integers(1, 3, size=5))
+        _, _, info = env.step(wanted)
+        done = info["actions"]
+        assert all(allowed[h, done[h]] for h in np.flatnonzero(deciding))
+        assert all(done[h] in (wanted[h], STOP) for h in np.flatnonzero(deciding))
+        assert head_on_pairs(env.env) == set()
+
+
+def test_without_the_safety_layer_random_decisions_meet_head_on():
+    """The check above can fail: the same random decisions without the layer put trains head-on."""
+    met = 0
+    for seed in range(5):
+        env = RailDecisionEnv(25, 25, 5)
+        env.reset(seed)
+        rng = np.random.default_rng(seed)
+        while not env.done and not met:
+            env.step(rng.integers(1, 3, size=5))
+            met += len(head_on_pairs(env.env))
+    assert met > 0

@@ -1,0 +1,125 @@
+"""Which moves a train can make without walking into a head-on conflict: the path-reservation check
+of deadlock avoidance (free track ahead before the first oncoming train), per branch.
+
+A train's path is its shortest path to its target from a cell and heading (each cell's exit with the
+least remaining distance). For a train about to take a branch, the trains *oncoming* are the trains
+on its path whose heading differs from the heading the path has on their cell. The move is *clear*
+when, for each oncoming train, the cells of the path before the first oncoming train that are
+neither switches nor on that train's own path number at least 1 + the number of oncoming trains:
+enough track of its own to meet every oncoming train before their paths overlap. A move along a path
+that never reaches the target (a branch with no way back) is never clear.
+
+Trains that decide in the same simulator step do not see each other's choices: ``shield`` checks
+their moves one after another (highest random id first), each against the cells the earlier ones
+move into, and turns a move that is no longer clear into a stop. Trains entering the map are checked
+the same way (``clear_to_enter``).
+
+Shapes: T trains; ``ACTIONS`` of ``envs.rail``: stop, left branch, right branch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from envs.rail import LEFT, RIGHT, STOP, branches, exits, is_switch, next_cell
+
+
+class PathBook:
+    """Shortest paths of the trains of one map, each computed once per (train, cell, heading):
+    ``path(h, cell, heading)`` -> tuple of (cell, heading) entered after ``cell``, ending on the target
+    (empty when the target cannot be reached)."""
+
+    def __init__(self, wrapper):
+        self.env, self.distances = wrapper.env, wrapper.distances  # [T, H, W, 4]
+        self.cache: dict = {}
+        self.switches: dict = {}
+
+    def path(self, handle: int, cell: tuple, heading: int) -> tuple:
+        key = (handle, cell, heading)
+        if key not in self.cache:
+            self.cache[key] = self._walk(handle, cell, heading)
+        return self.cache[key]
+
+    def _walk(self, handle: int, cell: tuple, heading: int) -> tuple:
+        distances = self.distances[handle]
+        if not np.isfinite(distances[cell[0], cell[1], heading]):
+            return ()
+        targets = {cell for cell, _ in self.env.agents[handle].targets}
+        out = []
+        while cell not in targets and len(out) <= distances.size:
+            best = min(exits(self.env, cell, heading), key=lambda e: distances[(*next_cell(cell, e), e)])
+            cell, heading = next_cell(cell, best), best
+            out.append((cell, heading))
+        return tuple(out)
+
+    def is_switch(self, cell: tuple) -> bool:
+        if cell not in self.switches:
+            self.switches[cell] = is_switch(self.env, cell)
+        return self.switches[cell]
+
+
+def clear(book: PathBook, handle: int, path: tuple, occupied: dict) -> bool:
+    """Whether train ``handle`` may enter ``path`` ((cell, heading) from its next cell to its target) with
+    the trains ``occupied`` ({cell: (train, heading)}) where they are: see the module docstring."""
+    if not path:
+        return False
+    oncoming, walking, blocked = [], [], False
+    for cell, heading in path:
+        other = occupied.get(cell)
+        if other is not None and other[0] != handle and other[1] != heading:
+            oncoming.append((other[0], cell, other[1]))
+            blocked = True
+        elif not blocked:
+            walking.append(cell)
+    need = 1 + len(oncoming)
+    for other, other_cell, other_heading in oncoming:
+        theirs = {cell for cell, _ in book.path(other, other_cell, other_heading)}
+        free = sum(1 for cell in walking if cell not in theirs and not book.is_switch(cell))
+        if free < need:
+            return False
+    return True
+
+
+def move_path(book: PathBook, handle: int, action: int) -> tuple:
+    """The path (from the next cell) of a train on the map taking ``action`` (left / right branch)."""
+    env = book.env
+    position, heading = env.agents[handle].current_configuration
+    ways = branches(env, position, heading)
+    way = ways[0] if action == LEFT else ways[-1]
+    cell = next_cell(position, way)
+    return ((cell, way),) + book.path(handle, cell, way)
+
+
+def safe_actions(book: PathBook, deciding: np.ndarray, occupied: dict) -> np.ndarray:
+    """bool [T, 3]: the clear actions of each deciding train (stop always; left / right branch when the
+    path through that branch is clear); every action for the other trains."""
+    out = np.ones((len(deciding), 3), dtype=bool)
+    for handle in np.flatnonzero(deciding):
+        for action in (LEFT, RIGHT):
+            out[handle, action] = clear(book, handle, move_path(book, handle, action), occupied)
+    return out
+
+
+def shield(book: PathBook, actions: np.ndarray, deciding: np.ndarray, occupied: dict, ids: np.ndarray) -> np.ndarray:
+    """``actions`` [T] with every deciding train's move that is not clear, given the moves of the
+    deciding trains before it (by decreasing ``ids`` [T]), turned into STOP. ``occupied`` gains the
+    cells the moving trains enter."""
+    out = np.array(actions, copy=True)
+    for handle in sorted(np.flatnonzero(deciding), key=lambda h: -ids[h]):
+        if out[handle] == STOP:
+            continue
+        path = move_path(book, handle, int(out[handle]))
+        if clear(book, handle, path, occupied):
+            occupied[path[0][0]] = (handle, path[0][1])
+        else:
+            out[handle] = STOP
+    return out
+
+
+def clear_to_enter(book: PathBook, handle: int, occupied: dict) -> bool:
+    """Whether a train ready to depart may enter its start cell now: the cell is free and its path
+    from there is clear."""
+    cell, heading = book.env.agents[handle].initial_configuration
+    if cell in occupied:
+        return False
+    return clear(book, handle, ((cell, heading),) + book.path(handle, cell, heading), occupied)
