@@ -38,7 +38,7 @@ from envs.rail import RailDecisionEnv
 from envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
 from models import StopRequest, keep_freed_memory, read_checkpoint, save_checkpoint
 from models.rail import RailPolicy, ReleaseClassifier
-from search.rail import play, policy_rule, waiting_features
+from search.rail import play, policy_rule, shortest_path_rule, waiting_features
 
 VAL_SEED = 1_000_000  # validation maps: seeds VAL_SEED, VAL_SEED + 1, ...
 
@@ -124,6 +124,13 @@ class Args:
     """evaluate the greedy policy every this many iterations on --eval-episodes fixed maps (0 = never)"""
     eval_episodes: int = 10
     """validation maps (seeds 1,000,000 + k) of the training size"""
+    imitation_episodes: int = 0
+    """before PPO, imitate the safety layer's shortest-path rule on this many episodes (behaviour cloning of
+    the actor, returns for the critic; 0 = start from random weights; needs --safety)"""
+    imitation_epochs: int = 60
+    """passes over the imitation data"""
+    imitation_learning_rate: float = 1e-3
+    """the learning rate of the imitation (Adam)"""
     release_episodes: int = 100
     """episodes of release data after training, for the learned release classifier (0 = none)"""
     checkpoint_interval: int = 10
@@ -140,8 +147,12 @@ def check_args(args: Args) -> None:
             problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.comm_radius < 0 or args.eval_interval < 0 or args.checkpoint_interval < 0:
         problems.append("--comm-radius, --eval-interval and --checkpoint-interval must be >= 0")
-    if args.learning_rate <= 0:
-        problems.append(f"--learning-rate must be positive, got {args.learning_rate}")
+    if args.imitation_episodes < 0 or args.imitation_epochs < 1:
+        problems.append("--imitation-episodes must be >= 0 and --imitation-epochs >= 1")
+    if args.imitation_episodes and not args.safety:
+        problems.append("--imitation-episodes imitates the safety layer's rule: drop --no-safety")
+    if args.learning_rate <= 0 or args.imitation_learning_rate <= 0:
+        problems.append("--learning-rate and --imitation-learning-rate must be positive")
     if problems:
         sys.exit("error: " + "; ".join(problems))
     try:
@@ -177,6 +188,95 @@ def train_advantages(rewards, values, deciding, finished_after, last_values, gam
                 advantages[k, b, t] = running
                 next_value = values[k, b, t]
     return advantages
+
+
+def rollout(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args, teacher=None) -> dict:
+    """One episode on a fresh map in each of ``envs``, all maps through the policy together at each
+    decision step: actions sampled from the policy, or chosen by ``teacher`` (a ``search.rail`` rule)
+    when given. Per decision step (lists of S entries): stored observations (tensors [B, T, ...]),
+    actions and log-probabilities [B, T] of the actions carried out (the safety layer may turn a move
+    into a stop), values [B, T], rewards [B, T] (each train's rewards until its next decision),
+    deciding and finished_after [B, T] bool; last_values [B, T]; decisions (count)."""
+    ids = rng.random((len(envs), args.trains))  # each train's random id for this episode
+    for b, env in enumerate(envs):
+        env.reset(int(rng.integers(2**31)), ids=ids[b])
+    obs = [observe(env, args.tree_depth, ids[b], args.comm_radius) for b, env in enumerate(envs)]
+    out = {key: [] for key in ("stored", "actions", "logprobs", "values", "rewards", "deciding", "finished_after")}
+    last_decision = np.full((len(envs), args.trains), -1)
+    decisions = 0
+    with torch.no_grad():
+        while not all(env.done for env in envs):
+            edges, globs, neighbors, allowed = batch(obs)
+            logits, value = policy(edges, globs, neighbors, allowed)
+            dist = torch.distributions.Categorical(logits=logits)
+            if teacher is None:
+                action = dist.sample()  # [B, T]
+            else:
+                action = torch.as_tensor(np.stack([teacher(o, env) for o, env in zip(obs, envs, strict=True)]))
+            step_deciding = np.stack([o["deciding"] for o in obs]) & ~np.array(
+                [[env.done] * args.trains for env in envs]
+            )
+            out["stored"].append({"edges": edges, "globals": globs, "neighbors": neighbors, "mask": allowed})
+            out["values"].append(value)
+            out["deciding"].append(step_deciding)
+            out["rewards"].append(np.zeros((len(envs), args.trains)))
+            out["finished_after"].append(np.zeros((len(envs), args.trains), dtype=bool))
+            step = len(out["stored"]) - 1
+            last_decision[step_deciding] = step
+            decisions += int(step_deciding.sum())
+            for b, env in enumerate(envs):
+                if env.done:
+                    continue
+                reward, finished, info = env.step(action[b].numpy())
+                action[b] = torch.as_tensor(info["actions"])
+                for t in range(args.trains):
+                    k = last_decision[b, t]
+                    if k >= 0 and not out["finished_after"][k][b, t]:
+                        out["rewards"][k][b, t] += reward[t]
+                        out["finished_after"][k][b, t] = finished[t]
+                obs[b] = observe(env, args.tree_depth, ids[b], args.comm_radius)
+            out["actions"].append(action)
+            out["logprobs"].append(dist.log_prob(action))
+        out["last_values"] = policy(*batch(obs))[1].numpy()
+    out["decisions"] = decisions
+    return out
+
+
+def imitate(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args) -> dict:
+    """Behaviour cloning before PPO: --imitation-episodes episodes of the safety layer's shortest-path
+    rule (``search.rail.shortest_path_rule``); the actor is fitted to its actions (cross-entropy over
+    the allowed actions of the deciding trains) and the critic to the discounted returns of each
+    train's decisions, --imitation-epochs passes. Returns the fitted figures."""
+    rows = []
+    for _ in range(-(-args.imitation_episodes // len(envs))):
+        roll = rollout(policy, envs, rng, args, teacher=shortest_path_rule)
+        returns = train_advantages(
+            np.stack(roll["rewards"]), np.zeros_like(np.stack(roll["rewards"])), np.stack(roll["deciding"]),
+            np.stack(roll["finished_after"]), np.zeros_like(roll["last_values"]), args.gamma, 1.0,
+        )  # fmt: skip
+        for k, stored in enumerate(roll["stored"]):
+            rows.append((stored, roll["actions"][k], torch.as_tensor(roll["deciding"][k]), returns[k]))
+    data = {key: torch.cat([r[0][key] for r in rows]) for key in ("edges", "globals", "neighbors", "mask")}
+    target = torch.cat([r[1] for r in rows])
+    deciding = torch.cat([r[2] for r in rows]).float()
+    returns = torch.as_tensor(np.concatenate([r[3] for r in rows]), dtype=torch.float32)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=args.imitation_learning_rate)
+    size = max(1, len(target) // args.num_minibatches)
+    for _ in range(args.imitation_epochs):
+        for idx in torch.randperm(len(target)).split(size):
+            logits, value = policy(*(data[key][idx] for key in ("edges", "globals", "neighbors", "mask")))
+            count = deciding[idx].sum().clamp(min=1)
+            actor = (torch.nn.functional.cross_entropy(logits.transpose(1, 2), target[idx], reduction="none")
+                     * deciding[idx]).sum() / count  # fmt: skip
+            critic = (((value - returns[idx]) ** 2) * deciding[idx]).sum() / count
+            optimizer.zero_grad()
+            (actor + args.vf_coef * critic).backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
+            optimizer.step()
+    with torch.no_grad():
+        logits, _ = policy(*(data[key] for key in ("edges", "globals", "neighbors", "mask")))
+        agree = ((logits.argmax(-1) == target).float() * deciding).sum() / deciding.sum().clamp(min=1)
+    return {"decisions": int(deciding.sum()), "agreement": float(agree), "value_loss": critic.item()}
 
 
 def exploring_release(rng: np.random.Generator, epsilon: float, depth: int, record: list):
@@ -346,6 +446,14 @@ def main(args: Args) -> None:
         flush=True,
     )
     clock = time.time() - elapsed
+    if args.imitation_episodes and not ckpt:
+        figures = imitate(policy, envs, rng, args)
+        writer.add_scalar("charts/imitation_agreement", figures["agreement"], 0)
+        print(
+            f"imitation: {figures['decisions']:,} decisions of the shortest-path rule from {args.imitation_episodes} "
+            f"episodes, greedy agreement {figures['agreement']:.3f}",
+            flush=True,
+        )
     while global_step < args.total_timesteps and not stop.requested:
         if args.total_seconds is not None and elapsed >= args.total_seconds:
             break
@@ -358,45 +466,9 @@ def main(args: Args) -> None:
 
         # rollout: one episode per map, all maps through the policy together at each decision step
         rollout_start = time.time()
-        ids = rng.random((args.num_envs, args.trains))  # each train's random id for this episode
-        for b, env in enumerate(envs):
-            env.reset(int(rng.integers(2**31)), ids=ids[b])
-        obs = [observe(env, args.tree_depth, ids[b], args.comm_radius) for b, env in enumerate(envs)]
-        stored, rewards, deciding, finished_after = [], [], [], []
-        actions, logprobs, values = [], [], []
-        last_decision = np.full((args.num_envs, args.trains), -1)
-        decisions = 0
-        with torch.no_grad():
-            while not all(env.done for env in envs):
-                edges, globs, neighbors, allowed = batch(obs)
-                logits, value = policy(edges, globs, neighbors, allowed)
-                dist = torch.distributions.Categorical(logits=logits)
-                action = dist.sample()  # [B, T]; the safety layer may turn a move into a stop
-                step_deciding = np.stack([o["deciding"] for o in obs]) & ~np.array(
-                    [[env.done] * args.trains for env in envs]
-                )
-                stored.append({"edges": edges, "globals": globs, "neighbors": neighbors, "mask": allowed})
-                values.append(value)
-                deciding.append(step_deciding)
-                rewards.append(np.zeros((args.num_envs, args.trains)))
-                finished_after.append(np.zeros((args.num_envs, args.trains), dtype=bool))
-                step = len(stored) - 1
-                last_decision[step_deciding] = step
-                decisions += int(step_deciding.sum())
-                for b, env in enumerate(envs):
-                    if env.done:
-                        continue
-                    reward, finished, info = env.step(action[b].numpy())
-                    action[b] = torch.as_tensor(info["actions"])
-                    for t in range(args.trains):
-                        k = last_decision[b, t]
-                        if k >= 0 and not finished_after[k][b, t]:
-                            rewards[k][b, t] += reward[t]
-                            finished_after[k][b, t] = finished[t]
-                    obs[b] = observe(env, args.tree_depth, ids[b], args.comm_radius)
-                actions.append(action)
-                logprobs.append(dist.log_prob(action))
-            last_values = policy(*batch(obs))[1].numpy()
+        roll = rollout(policy, envs, rng, args)
+        stored, actions, logprobs, values = roll["stored"], roll["actions"], roll["logprobs"], roll["values"]
+        rewards, deciding, decisions = roll["rewards"], roll["deciding"], roll["decisions"]
         rollout_time = time.time() - rollout_start
         global_step += decisions
         episodes += args.num_envs
@@ -409,8 +481,8 @@ def main(args: Args) -> None:
             np.stack(rewards),
             values_arr,
             deciding_arr,
-            np.stack(finished_after),
-            last_values,
+            np.stack(roll["finished_after"]),
+            roll["last_values"],
             args.gamma,
             args.gae_lambda,
         )

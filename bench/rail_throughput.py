@@ -24,6 +24,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from envs.rail import RailDecisionEnv, rail_env  # noqa: E402
 
 
+def random_episodes(env: RailDecisionEnv, args) -> tuple[float, int, int, list[int]]:
+    """--episodes episodes (seeds 0, 1, ...) of random decisions: seconds, simulator steps, decisions and
+    the simulator steps of each episode."""
+    rng = np.random.default_rng(0)
+    seconds, decisions, per_seed = 0.0, 0, []
+    for seed in range(args.episodes):
+        start = time.perf_counter()
+        env.reset(seed)
+        while not env.done:
+            env.step(rng.integers(0, 3, size=env.trains))
+        seconds += time.perf_counter() - start
+        decisions += env.decisions
+        per_seed.append(env.simulator_steps)
+    return seconds, sum(per_seed), decisions, per_seed
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=["25x25x5", "35x35x10"], help="WIDTHxHEIGHTxTRAINS")
@@ -31,38 +47,22 @@ def main():
     args = parser.parse_args()
     for size in args.sizes:
         width, height, trains = (int(x) for x in size.split("x"))
-        env = RailDecisionEnv(width, height, trains)
         rail_env(width, height, trains, args.episodes)  # warm-up: the first map of a size is slower to draw
-        rng = np.random.default_rng(0)
-        decisions = sim_steps = train_steps = raw_steps = 0
-        wrapper_seconds = raw_seconds = 0.0
-        for seed in range(args.episodes):
-            start = time.perf_counter()
-            env.reset(seed)
-            while not env.done:
-                env.step(rng.integers(0, 3, size=trains))
-            wrapper_seconds += time.perf_counter() - start
-            decisions += env.decisions
-            sim_steps += env.simulator_steps
+        wrapper_seconds, sim_steps, decisions, per_seed = random_episodes(RailDecisionEnv(width, height, trains), args)
+        rng = np.random.default_rng(1)
+        train_steps = raw_steps = 0
+        raw_seconds = 0.0
+        for seed, wrapper_steps in enumerate(per_seed):
             start = time.perf_counter()
             raw = rail_env(width, height, trains, seed)  # drawn inside the timing, as the wrapper's reset draws it
             steps = 0
-            while not raw.dones["__all__"] and steps < env.simulator_steps:
+            while not raw.dones["__all__"] and steps < wrapper_steps:
                 raw.step({h: int(a) for h, a in enumerate(rng.integers(1, 4, size=trains))})
                 steps += 1
             raw_seconds += time.perf_counter() - start
             train_steps += steps * trains
             raw_steps += steps
-        safe = RailDecisionEnv(width, height, trains, safety=True)
-        rng = np.random.default_rng(0)
-        safe_steps, safe_seconds = 0, 0.0
-        for seed in range(args.episodes):
-            start = time.perf_counter()
-            safe.reset(seed)
-            while not safe.done:
-                safe.step(rng.integers(0, 3, size=trains))
-            safe_seconds += time.perf_counter() - start
-            safe_steps += safe.simulator_steps
+        safe_seconds, safe_steps, _, _ = random_episodes(RailDecisionEnv(width, height, trains, safety=True), args)
         print(
             f"{width}x{height}, {trains} trains, {args.episodes} episodes: wrapper {decisions / wrapper_seconds:,.0f} "
             f"decisions/s ({sim_steps / wrapper_seconds:,.0f} simulator steps/s, {decisions:,} decisions over "

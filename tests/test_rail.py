@@ -265,29 +265,6 @@ def test_oncoming_train_and_who_yields(track):
         assert row[column("oncoming_with_higher_id")] == expected
 
 
-def test_head_on_trains_that_can_still_pass_are_not_deadlocked():
-    """Train 0 on a facing switch, train 1 head-on on one of its branches: train 0 can take the other
-    branch, so neither is deadlocked (and the simulator moves train 0 on)."""
-    env = rail_env(25, 25, 5, seed=0)
-    for r in range(env.height):
-        for c in range(env.width):
-            for d in range(4):
-                on = ways(env, (r, c), d)
-                if len(on) != 2:
-                    continue
-                blocked, free = on
-                cell = (r + STEPS[blocked][0], c + STEPS[blocked][1])
-                back = (blocked + 2) % 4
-                if ways(env, cell, back) == [back]:
-                    place(env, {0: ((r, c), d), 1: (cell, back)})
-                    assert deadlocked_trains(env) == set()
-                    turn = {3: 1, 1: 3}.get((free - d) % 4, MOVE_FORWARD)  # MOVE_LEFT = 1, MOVE_RIGHT = 3
-                    env.step({0: turn, 1: MOVE_FORWARD, 2: 0, 3: 0, 4: 0})
-                    assert env.agents[0].current_configuration[0] == (r + STEPS[free][0], c + STEPS[free][1])
-                    return
-    raise AssertionError("no facing switch with a straight track behind one branch on the map")
-
-
 def facing_switch_with_a_track_behind(env):
     """(switch cell, heading, blocked exit, free exit, the cell behind the blocked exit): a train at the
     switch heading ``heading`` may leave by either exit, and the cell behind the blocked exit lies on a
@@ -304,6 +281,18 @@ def facing_switch_with_a_track_behind(env):
                     if ways(env, cell, back) == [back]:
                         return (r, c), d, blocked, free, cell
     raise AssertionError("no facing switch with a straight track behind one branch on the map")
+
+
+def test_head_on_trains_that_can_still_pass_are_not_deadlocked():
+    """Train 0 on a facing switch, train 1 head-on on one of its branches: train 0 can take the other
+    branch, so neither is deadlocked (and the simulator moves train 0 on)."""
+    env = rail_env(25, 25, 5, seed=0)
+    switch, d, blocked, free, cell = facing_switch_with_a_track_behind(env)
+    place(env, {0: (switch, d), 1: (cell, (blocked + 2) % 4)})
+    assert deadlocked_trains(env) == set()
+    turn = {3: 1, 1: 3}.get((free - d) % 4, MOVE_FORWARD)  # MOVE_LEFT = 1, MOVE_RIGHT = 3
+    env.step({0: turn, 1: MOVE_FORWARD, 2: 0, 3: 0, 4: 0})
+    assert env.agents[0].current_configuration[0] == (switch[0] + STEPS[free][0], switch[1] + STEPS[free][1])
 
 
 def test_the_safety_layer_forbids_the_branch_with_a_train_coming_head_on():
