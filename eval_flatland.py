@@ -1,6 +1,6 @@
 """Evaluates a ppo_flatland.py checkpoint on fixed, seeded Flatland map sets against baselines.
 
-    python eval_flatland.py                       # the shipped checkpoints/flatland/flatland25.pt
+    python eval_flatland.py                       # the shipped checkpoints/flatland/flatland35.pt
     python eval_flatland.py --checkpoint runs/<run>/ckpt --sizes 25x25x5 50x50x30 --episodes 20 --output eval.json
     python eval_flatland.py --sizes 25x25x5 --episodes 3 --render episode.png
 
@@ -38,7 +38,7 @@ from search.rail import learned_release, play, play_deadlock_avoidance, policy_r
 
 METRICS = ("arrival_rate", "deadlock_rate", "score", "seconds_per_step")
 ABLATION = "shortest_path_safety"  # the safety layer with shortest-path choices, no learned policy
-SHIPPED = Path(__file__).resolve().parent / "checkpoints" / "flatland" / "flatland25.pt"
+SHIPPED = Path(__file__).resolve().parent / "checkpoints" / "flatland" / "flatland35.pt"
 
 
 @dataclass
@@ -47,7 +47,7 @@ class Args:
 
     checkpoint: str | None = None
     """a ppo_flatland.py checkpoint, exported weights, or a run's ckpt folder (its latest checkpoint);
-    default: the shipped checkpoints/flatland/flatland25.pt"""
+    default: the shipped checkpoints/flatland/flatland35.pt"""
     sizes: tuple[str, ...] = ("25x25x5", "35x35x10", "50x50x30")
     """map sizes WIDTHxHEIGHTxTRAINS"""
     episodes: int = 10

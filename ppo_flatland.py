@@ -1,7 +1,9 @@
 """PPO for railway scheduling on the Flatland simulator, in the style of CleanRL's ppo.py.
 
     python ppo_flatland.py                                   # 25x25 maps with 5 trains, CPU, tens of minutes
-    python ppo_flatland.py --width 35 --height 35 --trains 10
+    python ppo_flatland.py --width 35 --height 35 --trains 10 --imitation-episodes 160 --imitation-epochs 100 \
+        --learning-rate 1e-4 --ent-coef 0 --update-epochs 2 --eval-episodes 20 --release-episodes 60 \
+        --total-seconds 780                                  # the shipped checkpoints/flatland/flatland35.pt
     python ppo_flatland.py --resume runs/<run>/ckpt/50.pt    # continue a stopped run
 
 The design of the NeurIPS 2020 Flatland RL-track winners (see envs/rail.py and envs/rail_tree.py):
@@ -13,7 +15,9 @@ attention. With --safety (the default) the policy acts within a safety layer (en
 it may only take a branch whose path to the target is clear of head-on conflicts, moves chosen in
 the same step are checked one after another, trains enter the map when their path is clear, and
 what is stored for PPO is the action carried out. During training at most --max-active trains run
-at once (default: all), the closest to their targets first.
+at once (default: all), the closest to their targets first. --imitation-episodes starts PPO from a
+behaviour-cloned copy of the layer's shortest-path rule; --keep-best (default) ends with the policy
+of the best validation evaluation.
 
 An iteration plays one whole episode on each of --num-envs maps (a fresh map per episode), all
 environments batched through the policy at each decision step. A transition is one decision of one
@@ -22,6 +26,7 @@ own decisions. The update splits the stored decision steps (all trains of one en
 step, so the messages are recomputed with gradients) into minibatches.
 """
 
+import copy
 import json
 import os
 import random
@@ -34,10 +39,10 @@ import torch
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
-from envs.rail import RailDecisionEnv
+from envs.rail import STOP, RailDecisionEnv
 from envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
 from models import StopRequest, keep_freed_memory, read_checkpoint, save_checkpoint
-from models.rail import RailPolicy, ReleaseClassifier
+from models.rail import RailPolicy, ReleaseClassifier, mask_logits
 from search.rail import play, policy_rule, shortest_path_rule, waiting_features
 
 VAL_SEED = 1_000_000  # validation maps: seeds VAL_SEED, VAL_SEED + 1, ...
@@ -133,6 +138,9 @@ class Args:
     """the learning rate of the imitation (Adam)"""
     release_episodes: int = 100
     """episodes of release data after training, for the learned release classifier (0 = none)"""
+    keep_best: bool = True
+    """at the end, keep the policy of the evaluation with the best validation arrival rate (the release
+    classifier and the final checkpoint then hold that one); --no-keep-best keeps the last"""
     checkpoint_interval: int = 10
     """write a checkpoint every this many iterations (0 = only at the end)"""
     resume: str | None = None
@@ -207,8 +215,8 @@ def rollout(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
     with torch.no_grad():
         while not all(env.done for env in envs):
             edges, globs, neighbors, allowed = batch(obs)
-            logits, value = policy(edges, globs, neighbors, allowed)
-            dist = torch.distributions.Categorical(logits=logits)
+            logits, value = policy(edges, globs, neighbors)
+            dist = torch.distributions.Categorical(logits=mask_logits(logits, allowed))
             if teacher is None:
                 action = dist.sample()  # [B, T]
             else:
@@ -229,6 +237,7 @@ def rollout(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
                     continue
                 reward, finished, info = env.step(action[b].numpy())
                 action[b] = torch.as_tensor(info["actions"])
+                allowed[b, action[b] == STOP, STOP] = True  # a move the safety layer stopped: stored as a stop
                 for t in range(args.trains):
                     k = last_decision[b, t]
                     if k >= 0 and not out["finished_after"][k][b, t]:
@@ -236,7 +245,9 @@ def rollout(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
                         out["finished_after"][k][b, t] = finished[t]
                 obs[b] = observe(env, args.tree_depth, ids[b], args.comm_radius)
             out["actions"].append(action)
-            out["logprobs"].append(dist.log_prob(action))
+            out["logprobs"].append(
+                torch.distributions.Categorical(logits=mask_logits(logits, allowed)).log_prob(action)
+            )
         out["last_values"] = policy(*batch(obs))[1].numpy()
     out["decisions"] = decisions
     return out
@@ -430,6 +441,7 @@ def main(args: Args) -> None:
                 "episodes": episodes,
                 "elapsed_seconds": elapsed,
                 "rng": {"torch": torch.get_rng_state(), "numpy": rng.bit_generator.state},
+                "best": best,
                 **release,
             },
             path,
@@ -437,6 +449,8 @@ def main(args: Args) -> None:
         return path
 
     stop = StopRequest()
+    # the policy with the best validation arrival rate so far (--keep-best)
+    best = ckpt["best"] if ckpt and "best" in ckpt else {"arrival_rate": -1.0, "iteration": 0, "model": None}
     release = {}  # the learned release classifier, once trained
     print(
         f"ppo_flatland: {args.width}x{args.height} maps, {args.trains} trains (at most {args.max_active or args.trains} "
@@ -454,6 +468,10 @@ def main(args: Args) -> None:
             f"episodes, greedy agreement {figures['agreement']:.3f}",
             flush=True,
         )
+        if args.eval_interval:
+            result = evaluate(policy, args)
+            best.update(arrival_rate=result["arrival_rate"], iteration=0, model=copy.deepcopy(policy.state_dict()))
+            print(f"imitation: validation arrival rate {result['arrival_rate']:.3f}", flush=True)
     while global_step < args.total_timesteps and not stop.requested:
         if args.total_seconds is not None and elapsed >= args.total_seconds:
             break
@@ -573,10 +591,20 @@ def main(args: Args) -> None:
             for name, value in result.items():
                 writer.add_scalar(f"eval/{name}", value, global_step)
             line += f" eval/arrival_rate={result['arrival_rate']:.3f} eval/deadlock_rate={result['deadlock_rate']:.3f}"
+            if result["arrival_rate"] > best["arrival_rate"]:
+                best.update(
+                    arrival_rate=result["arrival_rate"], iteration=iteration, model=copy.deepcopy(policy.state_dict())
+                )
         print(line + f" {time.strftime('%H:%M:%S', time.gmtime(elapsed))} elapsed", flush=True)
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
             write_checkpoint()
 
+    if args.keep_best and best["model"] is not None and not stop.requested:
+        policy.load_state_dict(best["model"])
+        print(
+            f"kept the policy of iteration {best['iteration']} (validation arrival rate {best['arrival_rate']:.3f})",
+            flush=True,
+        )
     if args.release_episodes and not stop.requested:
         classifier, figures = train_release_classifier(policy, args, rng)
         release = {"release_model": classifier.state_dict(), "release_config": classifier.shape}

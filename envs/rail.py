@@ -17,7 +17,8 @@ a deadlock, and a scheduler releases a few trains at a time.
   once; when one finishes, the next is released. ``release_order`` is the training heuristic: the
   trains closest to their targets first.
 - **Safety layer** (``safety=True``, ``envs.rail_safety``): a deciding train may only take a branch
-  whose path to its target is clear of head-on conflicts (``action_mask``); moves of trains deciding
+  whose path to its target is clear of head-on conflicts, and stops only when no branch is
+  (``action_mask``); moves of trains deciding
   in the same step are checked one after another and a move no longer clear becomes a stop; a
   released train enters the map only when its path is clear.
 - Each train draws a random id in [0, 1] per episode (``ids``): it orders the safety checks and

@@ -7,7 +7,8 @@ on its path whose heading differs from the heading the path has on their cell. T
 when, for each oncoming train, the cells of the path before the first oncoming train that are
 neither switches nor on that train's own path number at least 1 + the number of oncoming trains:
 enough track of its own to meet every oncoming train before their paths overlap. A move along a path
-that never reaches the target (a branch with no way back) is never clear.
+that never reaches the target (a branch with no way back) is never clear. A train stops only when
+no branch is clear.
 
 Trains that decide in the same simulator step do not see each other's choices: ``shield`` checks
 their moves one after another (highest random id first), each against the cells the earlier ones
@@ -91,12 +92,14 @@ def move_path(book: PathBook, handle: int, action: int) -> tuple:
 
 
 def safe_actions(book: PathBook, deciding: np.ndarray, occupied: dict) -> np.ndarray:
-    """bool [T, 3]: the clear actions of each deciding train (stop always; left / right branch when the
-    path through that branch is clear); every action for the other trains."""
+    """bool [T, 3]: the allowed actions of each deciding train: left / right branch when the path
+    through that branch is clear, stop only when neither is (a train keeps moving while it can: in a
+    time-limited episode every step stood still is lost); every action for the other trains."""
     out = np.ones((len(deciding), 3), dtype=bool)
     for handle in np.flatnonzero(deciding):
         for action in (LEFT, RIGHT):
             out[handle, action] = clear(book, handle, move_path(book, handle, action), occupied)
+        out[handle, STOP] = not out[handle, [LEFT, RIGHT]].any()
     return out
 
 

@@ -43,9 +43,13 @@ class RailPolicy(nn.Module):
         scores = scores.masked_fill(~(neighbors | eye), float("-inf"))  # a train always hears itself
         received = torch.softmax(scores, dim=-1) @ messages
         logits = self.actor(torch.cat([h, received], dim=-1))
-        if mask is not None:  # a large finite value keeps the entropy finite
-            logits = logits.masked_fill(~mask, -1e9)
-        return logits, self.critic(h).squeeze(-1)
+        return mask_logits(logits, mask), self.critic(h).squeeze(-1)
+
+
+def mask_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``logits`` [..., 3] with the actions ``mask`` [..., 3] forbids (False) pushed to probability 0 (a
+    large finite value keeps the entropy finite); unchanged without a mask."""
+    return logits if mask is None else logits.masked_fill(~mask, -1e9)
 
 
 class ReleaseClassifier(nn.Module):

@@ -297,8 +297,9 @@ def test_head_on_trains_that_can_still_pass_are_not_deadlocked():
 
 def test_the_safety_layer_forbids_the_branch_with_a_train_coming_head_on():
     """Train 0 on a facing switch, train 1 on the first cell of one branch with its only way on into the
-    switch: that branch is masked, stop is allowed (and train 1, before the switch, may only stop); with
-    train 0 alone, the branch is masked only if its path cannot reach the target."""
+    switch: that branch is masked, stop is allowed only if the other branch is masked too (train 1,
+    before the switch, may only stop); with train 0 alone, the branch is masked only if its path
+    cannot reach the target."""
     from envs.rail import LEFT, RIGHT, STOP
 
     env = rail_env(25, 25, 5, seed=0)
@@ -306,7 +307,8 @@ def test_the_safety_layer_forbids_the_branch_with_a_train_coming_head_on():
     order = sorted(ways(env, switch, heading), key=lambda e: {3: 0, 0: 1, 2: 1, 1: 2}[(e - heading) % 4])
     action = LEFT if order[0] == blocked else RIGHT
     obs, _ = observed(env, {0: (switch, heading), 1: (cell, (blocked + 2) % 4)})
-    assert obs["deciding"][0] and obs["mask"][0, STOP] and not obs["mask"][0, action]
+    assert obs["deciding"][0] and not obs["mask"][0, action]
+    assert obs["mask"][0, STOP] == (not obs["mask"][0, [LEFT, RIGHT]].any())  # stop only when no move is clear
     assert obs["deciding"][1] and obs["mask"][1].tolist() == [True, False, False]  # train 1 faces train 0 too
     alone, holder = observed(env, {0: (switch, heading)})
     distances = holder.distances[0]
@@ -344,7 +346,8 @@ def head_on_pairs(env):
 @settings(max_examples=6, deadline=None)
 def test_within_the_safety_layer_random_decisions_never_meet_head_on(seed, stop_share):
     """Random decisions on random maps (25x25, 5 trains, all started at once): every move carried out was
-    allowed by the mask, and after every step no two trains face each other on a plain track (the
+    allowed by the mask (a stop is masked while a move is allowed, and a move may be turned into a stop,
+    never the other way), and after every step no two trains face each other on a plain track (the
     test's own walk); without the safety layer the same decisions do meet head-on on some maps."""
     from envs.rail import STOP
 
@@ -356,8 +359,9 @@ def test_within_the_safety_layer_random_decisions_never_meet_head_on(seed, stop_
         wanted = np.where(rng.random(5) < stop_share, STOP, rng.integers(1, 3, size=5))
         _, _, info = env.step(wanted)
         done = info["actions"]
-        assert all(allowed[h, done[h]] for h in np.flatnonzero(deciding))
-        assert all(done[h] in (wanted[h], STOP) for h in np.flatnonzero(deciding))
+        for h in np.flatnonzero(deciding):
+            assert allowed[h, STOP] == (not allowed[h, 1:].any())  # a train stops only when it cannot move
+            assert done[h] in (wanted[h], STOP) and (done[h] == STOP or allowed[h, done[h]])
         assert head_on_pairs(env.env) == set()
 
 
