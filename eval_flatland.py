@@ -11,9 +11,9 @@ and with the baselines: every train on its shortest path started at once; the sa
 heuristic; random decisions; and, where flatland-baselines is installed, its deadlock-avoidance
 heuristic (acting at every step on the raw simulator). For a policy trained with the safety layer it
 also plays that layer alone with shortest-path choices (``shortest_path_safety``, an ablation: what
-the layer gives without the learned policy; reported, not counted as a baseline). A checkpoint with a learned release classifier also plays the policy with it
-(``policy_learned_release``: a train starts when its predicted chance of arriving passes
---threshold). It prints the fraction of
+the layer gives without the learned policy; reported, not counted as a baseline). A checkpoint with
+a learned release classifier also plays the policy with it (``policy_learned_release``: a train
+starts when its predicted chance of arriving passes --threshold). It prints the fraction of
 trains that arrived, the deadlock fraction, Flatland's normalized score and seconds per simulator
 step, and the policy's arrival-rate lead over the best baseline. ``--output`` writes them as JSON:
 per size ``width``, ``height``, ``trains``, ``episodes`` and, per rule, ``arrival_rate``,

@@ -42,7 +42,7 @@ from torch.utils.tensorboard import SummaryWriter
 from envs.rail import STOP, RailDecisionEnv
 from envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
 from models import StopRequest, keep_freed_memory, read_checkpoint, save_checkpoint
-from models.rail import RailPolicy, ReleaseClassifier, mask_logits
+from models.rail import POLICY_INPUTS, RailPolicy, ReleaseClassifier, mask_logits
 from search.rail import play, policy_rule, shortest_path_rule, waiting_features
 
 VAL_SEED = 1_000_000  # validation maps: seeds VAL_SEED, VAL_SEED + 1, ...
@@ -173,7 +173,7 @@ def make_env(args: Args) -> RailDecisionEnv:
     return RailDecisionEnv(args.width, args.height, args.trains, args.max_active, args.cities, args.safety)
 
 
-def batch(observations: list, keys=("edges", "globals", "neighbors", "mask")) -> list:
+def batch(observations: list, keys=POLICY_INPUTS) -> list:
     """Per-environment observation dicts -> tensors [B, T, ...] of ``keys``."""
     return [torch.as_tensor(np.stack([o[key] for o in observations])) for key in keys]
 
@@ -267,7 +267,7 @@ def imitate(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
         )  # fmt: skip
         for k, stored in enumerate(roll["stored"]):
             rows.append((stored, roll["actions"][k], torch.as_tensor(roll["deciding"][k]), returns[k]))
-    data = {key: torch.cat([r[0][key] for r in rows]) for key in ("edges", "globals", "neighbors", "mask")}
+    data = {key: torch.cat([r[0][key] for r in rows]) for key in POLICY_INPUTS}
     target = torch.cat([r[1] for r in rows])
     deciding = torch.cat([r[2] for r in rows]).float()
     returns = torch.as_tensor(np.concatenate([r[3] for r in rows]), dtype=torch.float32)
@@ -275,7 +275,7 @@ def imitate(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
     size = max(1, len(target) // args.num_minibatches)
     for _ in range(args.imitation_epochs):
         for idx in torch.randperm(len(target)).split(size):
-            logits, value = policy(*(data[key][idx] for key in ("edges", "globals", "neighbors", "mask")))
+            logits, value = policy(*(data[key][idx] for key in POLICY_INPUTS))
             count = deciding[idx].sum().clamp(min=1)
             actor = (torch.nn.functional.cross_entropy(logits.transpose(1, 2), target[idx], reduction="none")
                      * deciding[idx]).sum() / count  # fmt: skip
@@ -285,7 +285,7 @@ def imitate(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
             torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
             optimizer.step()
     with torch.no_grad():
-        logits, _ = policy(*(data[key] for key in ("edges", "globals", "neighbors", "mask")))
+        logits, _ = policy(*(data[key] for key in POLICY_INPUTS))
         agree = ((logits.argmax(-1) == target).float() * deciding).sum() / deciding.sum().clamp(min=1)
     return {"decisions": int(deciding.sum()), "agreement": float(agree), "value_loss": critic.item()}
 
@@ -504,9 +504,7 @@ def main(args: Args) -> None:
             args.gamma,
             args.gae_lambda,
         )
-        b_obs = {
-            key: torch.cat([s[key] for s in stored]) for key in ("edges", "globals", "neighbors", "mask")
-        }  # [S * B, T, ...]
+        b_obs = {key: torch.cat([s[key] for s in stored]) for key in POLICY_INPUTS}  # [S * B, T, ...]
         b_mask = torch.as_tensor(deciding_arr.reshape(-1, args.trains))
         b_actions = torch.stack(actions).reshape(-1, args.trains)
         b_logprobs = torch.stack(logprobs).reshape(-1, args.trains)
@@ -525,7 +523,7 @@ def main(args: Args) -> None:
                 idx = order[start : start + minibatch]
                 mask = b_mask[idx].float()
                 count = mask.sum().clamp(min=1)
-                logits, newvalue = policy(*(b_obs[key][idx] for key in ("edges", "globals", "neighbors", "mask")))
+                logits, newvalue = policy(*(b_obs[key][idx] for key in POLICY_INPUTS))
                 dist = torch.distributions.Categorical(logits=logits)
                 newlogprob, entropy = dist.log_prob(b_actions[idx]), dist.entropy()
                 logratio = newlogprob - b_logprobs[idx]

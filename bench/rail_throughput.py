@@ -6,9 +6,10 @@ decisions than train-steps. Prints, per map size, the wrapper's decisions/s and 
 and the raw simulator stepped with one action per train per step (what a policy would be asked
 without the wrapper): train-steps/s, and the ratio of decisions to train-steps (the share of
 choices the wrapper leaves to the policy). Both sides' times include drawing the map (the wrapper's
-reset draws it), after one warm-up draw per size. Then the same episodes (seeds and decisions)
-through the wrapper with the safety layer on (envs/rail_safety.py: path checks at every decision
-and map entry), its simulator steps/s and the ratio to the plain wrapper's. One process, no model.
+reset draws it), after one warm-up draw per size. Then the same seeds and random draws through the
+wrapper with the safety layer on (envs/rail_safety.py: path checks at every decision and map entry;
+the episodes differ, as the layer turns some moves into stops), its simulator steps/s and the ratio
+to the plain wrapper's. One process, no model.
 
     python bench/rail_throughput.py [--sizes 25x25x5 35x35x10] [--episodes 5]
 """

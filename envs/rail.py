@@ -302,13 +302,13 @@ class RailDecisionEnv:
 
         from envs.rail_safety import clear_to_enter
 
-        out = {}
-        occupied = occupancy(self.env) if self.safety else {}
+        out, occupied = {}, None  # the trains' cells, read once a train is ready to enter
         for agent in self.env.agents:
             h = agent.handle
             if self.finished[h] or not self.released[h]:
                 out[h] = DO_NOTHING
             elif self.safety and agent.state == TrainState.READY_TO_DEPART:
+                occupied = occupancy(self.env) if occupied is None else occupied
                 enter = clear_to_enter(self.book, h, occupied)
                 if enter:
                     occupied[agent.initial_configuration[0]] = (h, agent.initial_configuration[1])

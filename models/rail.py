@@ -17,6 +17,8 @@ import math
 import torch
 from torch import nn
 
+POLICY_INPUTS = ("edges", "globals", "neighbors", "mask")  # the observation keys forward reads, in its order
+
 
 class RailPolicy(nn.Module):
     """``forward(edges [B, T, S, F], globals [B, T, G], neighbors [B, T, T] bool, mask [B, T, 3] bool

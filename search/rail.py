@@ -13,6 +13,7 @@ import torch
 
 from envs.rail import LEFT, RIGHT, STOP, branches, next_cell, occupancy
 from envs.rail_tree import observe, train_observation
+from models.rail import POLICY_INPUTS
 
 
 def shortest_path_rule(obs: dict, wrapper) -> np.ndarray:
@@ -46,7 +47,7 @@ def policy_rule(policy, greedy: bool = True, generator: torch.Generator | None =
 
     @torch.no_grad()
     def rule(obs: dict, wrapper) -> np.ndarray:
-        logits, _ = policy(*(torch.as_tensor(obs[k])[None] for k in ("edges", "globals", "neighbors", "mask")))
+        logits, _ = policy(*(torch.as_tensor(obs[k])[None] for k in POLICY_INPUTS))
         if greedy:
             return logits[0].argmax(-1).numpy()
         return torch.multinomial(torch.softmax(logits[0], -1), 1, generator=generator).squeeze(-1).numpy()
