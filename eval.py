@@ -22,14 +22,13 @@ from typing import Literal
 import numpy as np
 import torch
 import tyro
+from ppoor.data.datasets import STANDARD_SETS, DataError, Dataset, load_data
+from ppoor.data.references import solve_reference
+from ppoor.envs import ENV_IDS, ENV_VARIANTS, VECTOR_ENVS
+from ppoor.envs.vrp import MIXED, VARIANTS
+from ppoor.models import CheckpointError, keep_freed_memory, latest_checkpoint, load_agent
+from ppoor.search import decode
 from tqdm import tqdm
-
-from data.datasets import STANDARD_SETS, DataError, Dataset, load_data
-from data.references import solve_reference
-from envs import ENV_IDS, ENV_VARIANTS, VECTOR_ENVS
-from envs.vrp import MIXED, VARIANTS
-from models import CheckpointError, keep_freed_memory, latest_checkpoint, load_agent
-from search import decode
 
 
 @dataclass

@@ -29,12 +29,18 @@ from pathlib import Path
 import numpy as np
 import torch
 import tyro
-
-from envs.rail import RailDecisionEnv
-from models import keep_freed_memory, latest_checkpoint
-from models.checkpoints import CheckpointError
-from models.rail import load_rail_policy, load_release_classifier
-from search.rail import learned_release, play, play_deadlock_avoidance, policy_rule, random_rule, shortest_path_rule
+from ppoor.envs.rail import RailDecisionEnv
+from ppoor.models import keep_freed_memory, latest_checkpoint
+from ppoor.models.checkpoints import CheckpointError
+from ppoor.models.rail import load_rail_policy, load_release_classifier
+from ppoor.search.rail import (
+    learned_release,
+    play,
+    play_deadlock_avoidance,
+    policy_rule,
+    random_rule,
+    shortest_path_rule,
+)
 
 METRICS = ("arrival_rate", "deadlock_rate", "score", "seconds_per_step")
 ABLATION = "shortest_path_safety"  # the safety layer with shortest-path choices, no learned policy

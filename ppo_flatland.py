@@ -37,13 +37,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 import tyro
+from ppoor.envs.rail import STOP, RailDecisionEnv
+from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
+from ppoor.models import StopRequest, keep_freed_memory, read_checkpoint, save_checkpoint
+from ppoor.models.rail import POLICY_INPUTS, RailPolicy, ReleaseClassifier, mask_logits
+from ppoor.search.rail import play, policy_rule, shortest_path_rule, waiting_features
 from torch.utils.tensorboard import SummaryWriter
-
-from envs.rail import STOP, RailDecisionEnv
-from envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
-from models import StopRequest, keep_freed_memory, read_checkpoint, save_checkpoint
-from models.rail import POLICY_INPUTS, RailPolicy, ReleaseClassifier, mask_logits
-from search.rail import play, policy_rule, shortest_path_rule, waiting_features
 
 VAL_SEED = 1_000_000  # validation maps: seeds VAL_SEED, VAL_SEED + 1, ...
 
@@ -356,7 +355,7 @@ def evaluate(policy: RailPolicy, args: Args) -> dict:
 def main(args: Args) -> None:
     ckpt = None
     if args.resume:
-        from models.checkpoints import CheckpointError
+        from ppoor.models.checkpoints import CheckpointError
 
         try:
             ckpt = read_checkpoint(args.resume)

@@ -20,14 +20,12 @@ shared baseline inside PPO's clipped objective); ``rlor`` is the paper's algorit
 node, critic and GAE).
 """
 
-import json
 import math
 import os
 import random
 import sys
 import time
 from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
 from typing import Literal
 
 import gymnasium as gym
@@ -35,13 +33,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import tyro
-from torch.utils.tensorboard import SummaryWriter
-
-from data.references import kool_references
-from envs import ENV_IDS, ENV_VARIANTS, standard_dataset, start_count
-from envs.instances import KOOL_SET_SIZE
-from envs.vrp import TEST_SET_SIZE
-from models import (
+from ppoor.data.references import kool_references
+from ppoor.envs import ENV_IDS, ENV_VARIANTS, standard_dataset, start_count
+from ppoor.envs.instances import KOOL_SET_SIZE
+from ppoor.envs.vrp import TEST_SET_SIZE
+from ppoor.models import (
     Agent,
     StateWrapper,
     StopRequest,
@@ -50,7 +46,22 @@ from models import (
     read_checkpoint,
     save_checkpoint,
 )
-from search import allowed_starts, augment, decode, forced_actions
+from ppoor.models.runs import (
+    MAX_SECONDS,
+    MAX_SEED,
+    MAX_THREADS,
+    check_numbers,
+    exp_name_problem,
+    fail,
+    log_hyperparameters,
+    memory_problem,
+    new_run_dir,
+    start_wandb,
+    wandb_problem,
+)
+from ppoor.models.runs import progress as progress_text
+from ppoor.search import allowed_starts, augment, decode, forced_actions
+from torch.utils.tensorboard import SummaryWriter
 
 
 @dataclass
@@ -204,75 +215,74 @@ def with_defaults(args: Args, starts: int) -> Args:
     return args
 
 
+LIMITS = {
+    "seed": (0, MAX_SEED),
+    "threads": (1, MAX_THREADS),
+    "num_nodes": (2, 100_000),
+    "total_timesteps": (1, math.inf),
+    "learning_rate": (1e-10, 10.0),
+    "num_envs": (1, math.inf),
+    "n_traj": (1, math.inf),
+    "train_augment": (1, 8),
+    "num_steps": (1, math.inf),
+    "gamma": (0.0, 1.0),
+    "gae_lambda": (0.0, 1.0),
+    "num_minibatches": (1, math.inf),
+    "update_epochs": (1, math.inf),
+    "clip_coef": (1e-6, 10.0),
+    "ent_coef": (0.0, 10.0),
+    "vf_coef": (0.0, 100.0),
+    "max_grad_norm": (1e-6, 1e6),
+    "target_kl": (0.0, 100.0),
+    "total_seconds": (1e-3, MAX_SECONDS),
+    "checkpoint_interval": (0, math.inf),
+    "checkpoint_seconds": (0.0, MAX_SECONDS),
+    "eval_interval": (0, math.inf),
+    "eval_instances": (1, math.inf),
+    "eval_batch_size": (1, math.inf),
+}
+"""The closed range of every numeric argument (``models.runs.check_numbers``)."""
+
+
 def check_args(args: Args, starts: int) -> None:
     """Rejects impossible settings before anything starts; the message names the argument.
     ``starts``: the env's distinct first actions (``multi_starts``)."""
-    problems = []
-    if args.num_nodes < 2:
-        problems.append(f"--num-nodes must be at least 2, got {args.num_nodes}")
+    problems = check_numbers(args, LIMITS)
+    if problem := exp_name_problem(args.exp_name):
+        problems.append(problem)
+    fail(problems)  # the checks below assume numbers in range
     if args.multi_start and args.n_traj > starts:
         problems.append(
             f"--n-traj {args.n_traj} exceeds the {starts} start nodes of --multi-start "
             f"(use --n-traj <= {starts} or --no-multi-start)"
         )
-    if not 1 <= args.train_augment <= 8:
-        problems.append(
-            f"--train-augment must be between 1 and 8 (the symmetries of the square), got {args.train_augment}"
-        )
-    elif args.num_envs % args.train_augment:
+    if args.num_envs % args.train_augment:
         problems.append(
             f"--train-augment {args.train_augment} does not divide --num-envs {args.num_envs} (it counts the copies)"
         )
     if args.baseline == "shared" and args.n_traj * args.train_augment < 2:
         problems.append("--baseline shared needs at least 2 trajectories per instance (--n-traj x --train-augment)")
-    if args.total_seconds is not None and args.total_seconds <= 0:
-        problems.append(f"--total-seconds must be positive, got {args.total_seconds}")
-    if args.checkpoint_seconds < 0:
-        problems.append(f"--checkpoint-seconds must be >= 0, got {args.checkpoint_seconds}")
-    for name in (
-        "num_envs",
-        "n_traj",
-        "num_minibatches",
-        "update_epochs",
-        "total_timesteps",
-        "eval_instances",
-        "eval_batch_size",
-    ):
-        if getattr(args, name) < 1:
-            problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.num_steps is not None and args.num_steps < 1:
-        problems.append(f"--num-steps must be at least 1, got {args.num_steps}")
-    if args.num_minibatches >= 1 and args.num_envs % args.num_minibatches:
+    if args.num_envs % args.num_minibatches:
         problems.append(
             f"--num-minibatches {args.num_minibatches} does not divide --num-envs {args.num_envs} "
             "(minibatches split the instances)"
         )
-    if args.learning_rate <= 0:
-        problems.append(f"--learning-rate must be positive, got {args.learning_rate}")
-    if not 0 <= args.gamma <= 1 or not 0 <= args.gae_lambda <= 1:
-        problems.append("--gamma and --gae-lambda must lie in [0, 1]")
     val_size = KOOL_SET_SIZE if ENV_IDS[args.env_id] in ("tsp", "cvrp") else TEST_SET_SIZE
-    if not 1 <= args.eval_instances <= val_size:
+    if args.eval_instances > val_size:
         problems.append(f"--eval-instances must be in 1..{val_size} (the validation set), got {args.eval_instances}")
-    if args.checkpoint_interval < 0 or args.eval_interval < 0:
-        problems.append("--checkpoint-interval and --eval-interval must be >= 0")
-    if problems:
-        sys.exit("error: " + "\n       ".join(problems))
+    fail(problems)
 
 
-def wandb_problem() -> str | None:
-    """Why --track cannot log, checked before any work so that a run never stops at wandb's
-    interactive login prompt; None when it can (a login, WANDB_API_KEY, or an offline mode)."""
-    try:
-        import wandb  # noqa: F401
-    except ImportError:
-        return "wandb is not installed: pip install wandb"
-    if os.environ.get("WANDB_MODE") in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_API_KEY"):
-        return None
-    netrc = os.path.expanduser("~/.netrc")
-    if os.path.exists(netrc) and "api.wandb.ai" in Path(netrc).read_text(errors="replace"):
-        return None
-    return "no wandb login: run `wandb login` (or set WANDB_API_KEY), or log offline with WANDB_MODE=offline"
+def training_memory(args: Args, actions: int, steps: int) -> float:
+    """Bytes a run needs, estimated: the PPO update of one minibatch decodes all T = ``steps`` stored
+    steps of its M / minibatches instances at once, N trajectories each, over A = ``actions`` with 8
+    attention heads (logits, softmax, glimpses and their gradients: about 28 bytes per element of
+    [B, T, N, 8A + 128], calibrated on TSP50 at 1024 x 50, 5 GB), plus the rollout's stored masks and
+    states [T, M, N, A]."""
+    instances = args.num_envs // args.num_minibatches
+    update = 28.0 * instances * steps * args.n_traj * (8 * actions + 128)
+    rollout = 1.0 * steps * args.num_envs * args.n_traj * (actions + 32)
+    return update + rollout
 
 
 RESUME_OVERRIDES = (
@@ -555,12 +565,10 @@ def main(args: Args, given: set[str] | None = None) -> None:
     if world_size > 1 and not args.encoder_cache:
         sys.exit("error: --no-encoder-cache is a single-process benchmark baseline; it cannot run data-parallel")
     is_main = rank == 0
-    run_name = ckpt["run_name"] if ckpt else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    if world_size > 1:
-        shared = [run_name]
-        dist.broadcast_object_list(shared, src=0)
-        run_name = shared[0]
-    run_dir = os.path.join("runs", run_name)
+    steps_bound = args.num_steps or (args.num_nodes + 1 if problem == "tsp" else 2 * args.num_nodes)
+    if too_big := memory_problem(training_memory(args, args.num_nodes + 1, steps_bound), device, "this run"):
+        sys.exit(f"error: {too_big} (--num-envs {args.num_envs} x --n-traj {args.n_traj} at --num-nodes "
+                 f"{args.num_nodes}: lower --num-envs or raise --num-minibatches)")  # fmt: skip
 
     # seeding: the same initial weights everywhere, then a stream of its own per process
     random.seed(args.seed + rank)
@@ -618,33 +626,23 @@ def main(args: Args, given: set[str] | None = None) -> None:
         envs.unwrapped.rng.bit_generator.state = rng["env"]
         next_obs = new_episodes()  # the episode in progress at the checkpoint starts afresh
 
+    # the run folder: a new one of its own (never shared with a run started in the same second)
+    if ckpt:
+        run_name = ckpt["run_name"]
+    else:
+        run_name = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}")[0] if is_main else None
+        if world_size > 1:
+            shared = [run_name]
+            dist.broadcast_object_list(shared, src=0)
+            run_name = shared[0]
+    run_dir = os.path.join("runs", run_name)
     writer = None
     if is_main:
         if args.track:
-            import wandb
-
-            try:
-                wandb.init(
-                    project=args.wandb_project_name,
-                    entity=args.wandb_entity,
-                    sync_tensorboard=True,
-                    config=vars(args),
-                    name=run_name,
-                    id=run_name.replace("/", "_"),
-                    resume="allow",
-                    save_code=True,
-                    settings=wandb.Settings(init_timeout=30),
-                )
-            except Exception as exc:  # wandb raises its own kinds for login, network and server errors
-                sys.exit(f"error: --track: wandb could not start ({exc}); log offline with WANDB_MODE=offline")
+            start_wandb(args, run_name)
         writer = SummaryWriter(run_dir, purge_step=global_step if ckpt else None)
         if not ckpt:
-            writer.add_text(
-                "hyperparameters",
-                "|param|value|\n|-|-|\n{}".format("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-            )
-            with open(os.path.join(run_dir, "args.json"), "w") as f:
-                json.dump({**asdict(args), "world_size": world_size}, f, indent=2)
+            log_hyperparameters(writer, run_dir, args, world_size=world_size)
 
     def write_checkpoint() -> str | None:
         """Every process hands in its RNG states; the main process writes the file."""
@@ -704,9 +702,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         total = iteration + math.ceil(max(0, args.total_timesteps - global_step) / steps_per_iteration)
         if args.total_seconds is not None:
             total = min(total, iteration + math.ceil(max(0.0, args.total_seconds - elapsed) / seconds_per_iteration))
-        remaining = seconds_per_iteration * (total - iteration)
-        clock_text = [time.strftime("%H:%M:%S", time.gmtime(max(0.0, t))) for t in (elapsed, remaining)]
-        return f" | {iteration}/{total} iterations, {clock_text[0]} elapsed, ETA {clock_text[1]}"
+        return progress_text(iteration, total, elapsed, seconds_per_iteration * (total - iteration))
 
     stop = StopRequest()
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)
@@ -887,5 +883,10 @@ def main(args: Args, given: set[str] | None = None) -> None:
     finish_processes(world_size)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The ``ppo-or`` console command."""
     main(*parse_args())
+
+
+if __name__ == "__main__":
+    cli()

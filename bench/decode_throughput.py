@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from envs import kool_dataset  # noqa: E402
-from models import Agent  # noqa: E402
-from search import rollout  # noqa: E402
+from ppoor.envs import kool_dataset  # noqa: E402
+from ppoor.models import Agent  # noqa: E402
+from ppoor.search import rollout  # noqa: E402
 
 
 def rate(agent, instances, n_traj, reencode=False, repeat=1):

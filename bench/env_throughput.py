@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import gymnasium as gym  # noqa: E402
 
-import envs  # noqa: E402, F401  (registers the env ids)
+from ppoor import envs  # noqa: E402  (registers the env ids)
 
 ENV_IDS = (
     "tsp-v0",

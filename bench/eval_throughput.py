@@ -23,9 +23,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from envs import kool_dataset  # noqa: E402
-from models import Agent, keep_freed_memory  # noqa: E402
-from search import decode  # noqa: E402
+from ppoor.envs import kool_dataset  # noqa: E402
+from ppoor.models import Agent, keep_freed_memory  # noqa: E402
+from ppoor.search import decode  # noqa: E402
 
 RL4CO = {"greedy": 283, "multi-greedy": 61, "greedy x8": 21}  # RL4CO 0.7, TSP50, 1 thread, instances/s
 SETTINGS = [("greedy", 1), ("multi-greedy", 1), ("greedy", 8), ("multi-greedy", 8)]

@@ -33,11 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from host_traffic import report as traffic_report  # noqa: E402
 from inprocess import iteration_rows, trainer_run  # noqa: E402
+from ppoor.envs import TSPVectorEnv, kool_dataset  # noqa: E402
+from ppoor.models import Agent, StateWrapper, load_agent  # noqa: E402
+from ppoor.search import decode  # noqa: E402
 
-import ppo_or  # noqa: E402
-from envs import TSPVectorEnv, kool_dataset  # noqa: E402
-from models import Agent, StateWrapper, load_agent  # noqa: E402
-from search import decode  # noqa: E402
+from ppoor import ppo_or  # noqa: E402
 
 RLOR_TSP50 = ROOT.parent / "shared" / "checkpoints" / "rlor" / "tsp50-v0-12000.pt"
 DECODES = [("greedy", 1), ("multi-greedy", 1), ("greedy", 8), ("multi-greedy", 8)]

@@ -26,7 +26,7 @@ import torch
 from inprocess import trainer_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from envs import ENV_IDS, VECTOR_ENVS  # noqa: E402
+from ppoor.envs import ENV_IDS, VECTOR_ENVS  # noqa: E402
 
 COPIES = ("host_to_device", "device_to_host")
 SYNCS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero", "device_to_host")

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import ppo_or  # noqa: E402
+from ppoor import ppo_or  # noqa: E402
 
 
 @contextlib.contextmanager

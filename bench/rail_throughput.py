@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from envs.rail import RailDecisionEnv, rail_env  # noqa: E402
+from ppoor.envs.rail import RailDecisionEnv, rail_env  # noqa: E402
 
 
 def random_episodes(env: RailDecisionEnv, args) -> tuple[float, int, int, list[int]]:

@@ -25,11 +25,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from data.datasets import load_data  # noqa: E402
-from data.references import solve_reference  # noqa: E402
-from envs.vrp import VARIANTS  # noqa: E402
-from models import CheckpointError, load_agent  # noqa: E402
-from search import decode  # noqa: E402
+from ppoor.data.datasets import load_data  # noqa: E402
+from ppoor.data.references import solve_reference  # noqa: E402
+from ppoor.envs.vrp import VARIANTS  # noqa: E402
+from ppoor.models import CheckpointError, load_agent  # noqa: E402
+from ppoor.search import decode  # noqa: E402
 
 
 def solve(job: tuple) -> float:

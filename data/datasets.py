@@ -15,12 +15,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-
-from envs import VECTOR_ENVS, instance_kwargs, standard_dataset
-from envs.instances import STATIC_KEYS, check_instances
-from envs.vrp import STATIC_KEYS as VRP_KEYS
-from envs.vrp import check_vrp_instances
-from search.solutions import COSTS, round_lengths, tour_length
+from ppoor.envs import VECTOR_ENVS, instance_kwargs, standard_dataset
+from ppoor.envs.instances import STATIC_KEYS, check_instances
+from ppoor.envs.vrp import STATIC_KEYS as VRP_KEYS
+from ppoor.envs.vrp import check_vrp_instances
+from ppoor.search.solutions import COSTS, round_lengths, tour_length
 
 FILE_SUFFIXES = {".tsp": "tsp", ".vrp": "cvrp", ".txt": "mtvrp"}
 STANDARD_SETS = {"kool-test": "test", "kool-val": "val", "test": "test", "val": "val"}

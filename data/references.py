@@ -19,10 +19,9 @@ from __future__ import annotations
 import os
 
 import numpy as np
-
-from data.datasets import Dataset, load_data
-from envs.instances import KOOL_SEEDS
-from search.solutions import depot_points, vrp_cost
+from ppoor.data.datasets import Dataset, load_data
+from ppoor.envs.instances import KOOL_SEEDS
+from ppoor.search.solutions import depot_points, vrp_cost
 
 UNIT_SCALE = 10_000
 SOLVERS = {"lkh": ("tsp",), "pyvrp": ("cvrp", "mtvrp", "mrcvrp", "pcvrp", "mdvrp"), "ortools": ("pdp", "op", "pctsp")}

@@ -13,15 +13,21 @@ num_nodes=50, n_traj=50)`` gives the native M x N vector env.
 
 import gymnasium as gym
 import numpy as np
-
-from envs.cvrp import CVRPEnv, CVRPVectorEnv
-from envs.instances import KOOL_SEEDS, check_instances, cvrp_capacity, kool_dataset, random_instances, standard_count
-from envs.mdvrp import MDVRPEnv, MDVRPVectorEnv
-from envs.mrcvrp import MRCVRPEnv, MRCVRPVectorEnv
-from envs.pdp import PDPEnv, PDPVectorEnv
-from envs.prize import OPEnv, OPVectorEnv, PCTSPEnv, PCTSPVectorEnv, PCVRPEnv, PCVRPVectorEnv
-from envs.tsp import TSPEnv, TSPVectorEnv
-from envs.vrp import MIXED, TEST_SET_SIZE, VARIANTS, VRPEnv, VRPVectorEnv, vrp_dataset
+from ppoor.envs.cvrp import CVRPEnv, CVRPVectorEnv
+from ppoor.envs.instances import (
+    KOOL_SEEDS,
+    check_instances,
+    cvrp_capacity,
+    kool_dataset,
+    random_instances,
+    standard_count,
+)
+from ppoor.envs.mdvrp import MDVRPEnv, MDVRPVectorEnv
+from ppoor.envs.mrcvrp import MRCVRPEnv, MRCVRPVectorEnv
+from ppoor.envs.pdp import PDPEnv, PDPVectorEnv
+from ppoor.envs.prize import OPEnv, OPVectorEnv, PCTSPEnv, PCTSPVectorEnv, PCVRPEnv, PCVRPVectorEnv
+from ppoor.envs.tsp import TSPEnv, TSPVectorEnv
+from ppoor.envs.vrp import MIXED, TEST_SET_SIZE, VARIANTS, VRPEnv, VRPVectorEnv, vrp_dataset
 
 ENV_IDS = {"tsp-v0": "tsp", "cvrp-v0": "cvrp"}
 """env id -> problem (the model family: tsp, cvrp, or mtvrp for the multi-task VRP env)."""

@@ -10,8 +10,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
-
-from envs.instances import check_instances, random_instances
+from ppoor.envs.instances import check_instances, random_instances
 
 
 class RoutingVectorEnv(VectorEnv):

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-
-from envs.base import DepotVectorEnv, SingleRoutingEnv
+from ppoor.envs.base import DepotVectorEnv, SingleRoutingEnv
 
 LOAD_TOLERANCE = 1e-5
 

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-
-from envs.base import RoutingVectorEnv, SingleRoutingEnv
-from envs.instances import STATIC_KEYS as INSTANCE_KEYS
-from envs.instances import check_arrays, cvrp_capacity, read_arrays
-from envs.vrp import HORIZON, SERVICE_TIME, WINDOW_LENGTH
+from ppoor.envs.base import RoutingVectorEnv, SingleRoutingEnv
+from ppoor.envs.instances import STATIC_KEYS as INSTANCE_KEYS
+from ppoor.envs.instances import check_arrays, cvrp_capacity, read_arrays
+from ppoor.envs.vrp import HORIZON, SERVICE_TIME, WINDOW_LENGTH
 
 STATIC_KEYS = INSTANCE_KEYS["mdvrp"]
 VARIANTS = ("mdvrp", "mdvrptw")

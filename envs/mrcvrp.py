@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-
-from envs.base import DepotVectorEnv, SingleRoutingEnv
-from envs.instances import STATIC_KEYS as INSTANCE_KEYS
-from envs.instances import check_arrays, cvrp_capacity, read_arrays
+from ppoor.envs.base import DepotVectorEnv, SingleRoutingEnv
+from ppoor.envs.instances import STATIC_KEYS as INSTANCE_KEYS
+from ppoor.envs.instances import check_arrays, cvrp_capacity, read_arrays
 
 STATIC_KEYS = INSTANCE_KEYS["mrcvrp"]
 RESOURCES = 2

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-
-from envs.base import DepotVectorEnv, SingleRoutingEnv
-from envs.instances import STATIC_KEYS as INSTANCE_KEYS
-from envs.instances import check_arrays, read_arrays
+from ppoor.envs.base import DepotVectorEnv, SingleRoutingEnv
+from ppoor.envs.instances import STATIC_KEYS as INSTANCE_KEYS
+from ppoor.envs.instances import check_arrays, read_arrays
 
 STATIC_KEYS = INSTANCE_KEYS["pdp"]
 VARIANTS = ("pdp", "cpdp")

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-
-from envs.base import DepotVectorEnv, SingleRoutingEnv
-from envs.instances import STATIC_KEYS, check_arrays, cvrp_capacity, read_arrays
+from ppoor.envs.base import DepotVectorEnv, SingleRoutingEnv
+from ppoor.envs.instances import STATIC_KEYS, check_arrays, cvrp_capacity, read_arrays
 
 TOLERANCE = 1e-5
 MIN_PRIZE = 1.0  # pctsp: the prize a tour must collect (Kool et al.)

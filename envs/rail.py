@@ -186,7 +186,7 @@ class RailDecisionEnv:
         their targets first), at most ``max_active`` running; or, with ``release_rule`` (a callable
         (this env) -> the trains to release now, asked after every simulator step), as it says.
         ``ids`` [T]: the trains' random ids (default: drawn from ``seed``)."""
-        from envs.rail_safety import PathBook
+        from ppoor.envs.rail_safety import PathBook
 
         self.release_rule = release_rule
         self.env = rail_env(self.width, self.height, self.trains, seed, self.cities)
@@ -261,7 +261,7 @@ class RailDecisionEnv:
     def action_mask(self) -> np.ndarray:
         """bool [T, 3]: the actions each deciding train may take (all of them without the safety
         layer, and for trains not deciding)."""
-        from envs.rail_safety import safe_actions
+        from ppoor.envs.rail_safety import safe_actions
 
         if not self.safety:
             return np.ones((self.trains, 3), dtype=bool)
@@ -271,7 +271,7 @@ class RailDecisionEnv:
         """Applies ``actions`` [T] of the deciding trains (through the safety layer when on), then runs
         forced moves until a train must decide or the episode ends. Returns rewards [T] since the last
         call, finished [T] and info (``simulator_steps`` taken, ``actions`` carried out)."""
-        from envs.rail_safety import shield
+        from ppoor.envs.rail_safety import shield
 
         deciding = self.deciding()
         self.decisions += int(deciding.sum())
@@ -299,8 +299,7 @@ class RailDecisionEnv:
         for released trains elsewhere (entering the map when their start cell is free and, with the
         safety layer, their path clear), DO_NOTHING for trains not released or finished."""
         from flatland.envs.step_utils.states import TrainState
-
-        from envs.rail_safety import clear_to_enter
+        from ppoor.envs.rail_safety import clear_to_enter
 
         out, occupied = {}, None  # the trains' cells, read once a train is ready to enter
         for agent in self.env.agents:

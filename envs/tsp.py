@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-
-from envs.base import RoutingVectorEnv, SingleRoutingEnv
+from ppoor.envs.base import RoutingVectorEnv, SingleRoutingEnv
 
 
 class TSPVectorEnv(RoutingVectorEnv):

@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-
-from envs.base import DepotVectorEnv, SingleRoutingEnv
-from envs.instances import KOOL_SEEDS, cvrp_capacity, read_arrays, standard_count
-from envs.instances import STATIC_KEYS as INSTANCE_KEYS
+from ppoor.envs.base import DepotVectorEnv, SingleRoutingEnv
+from ppoor.envs.instances import KOOL_SEEDS, cvrp_capacity, read_arrays, standard_count
+from ppoor.envs.instances import STATIC_KEYS as INSTANCE_KEYS
 
 ATTRIBUTES = ("open_route", "backhaul", "distance_limit", "time_windows")
 

@@ -1,8 +1,8 @@
 """The refactored Attention Model: cached encoder, parallel decoding, state wrapper, checkpoints."""
 
-from models.agent import Agent
-from models.attention_model import AttentionModel, Cache
-from models.checkpoints import (
+from ppoor.models.agent import Agent
+from ppoor.models.attention_model import AttentionModel, Cache
+from ppoor.models.checkpoints import (
     CheckpointError,
     export_weights,
     latest_checkpoint,
@@ -10,8 +10,8 @@ from models.checkpoints import (
     read_checkpoint,
     save_checkpoint,
 )
-from models.runtime import StopRequest, keep_freed_memory
-from models.state import StateWrapper
+from ppoor.models.runtime import StopRequest, keep_freed_memory
+from ppoor.models.state import StateWrapper
 
 __all__ = [
     "Agent",

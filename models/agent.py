@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import torch
-
-from models.attention_model import AttentionModel, Cache
+from ppoor.models.attention_model import AttentionModel, Cache
 
 
 class Agent(AttentionModel):

@@ -12,10 +12,9 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+from ppoor.models.distributed_norm import DistributedBatchNorm1d
+from ppoor.models.problems import PROBLEM_MODULES
 from torch import nn
-
-from models.distributed_norm import DistributedBatchNorm1d
-from models.problems import PROBLEM_MODULES
 
 
 class Cache(NamedTuple):

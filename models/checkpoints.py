@@ -14,8 +14,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-
-from models.agent import Agent
+from ppoor.models.agent import Agent
 
 FORMAT = "ppo-or/1"
 

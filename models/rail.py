@@ -73,7 +73,7 @@ class ReleaseClassifier(nn.Module):
 
 def load_rail_policy(path) -> tuple[RailPolicy, dict]:
     """The policy of a ppo_flatland.py checkpoint (or exported weights), in eval mode, and the checkpoint."""
-    from models.checkpoints import CheckpointError, read_checkpoint
+    from ppoor.models.checkpoints import CheckpointError, read_checkpoint
 
     ckpt = read_checkpoint(path)
     if ckpt.get("problem") != "rail":

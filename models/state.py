@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-from envs.instances import STATIC_KEYS
+from ppoor.envs.instances import STATIC_KEYS
 
 DYNAMIC_KEYS = {
     "tsp": ("action_mask", "first_node", "last_node", "is_initial_action"),

@@ -1,8 +1,8 @@
 """Search: decoding strategies that turn a trained policy into solutions (greedy, multi-greedy,
 sampling, x8 augmentation), shared by eval.py and ppo_or.py's periodic evaluation."""
 
-from search.decoding import DECODES, DecodeResult, allowed_starts, augment, decode, forced_actions, rollout
-from search.solutions import InvalidTourError, tour_length, validate_tour
+from ppoor.search.decoding import DECODES, DecodeResult, allowed_starts, augment, decode, forced_actions, rollout
+from ppoor.search.solutions import InvalidTourError, tour_length, validate_tour
 
 __all__ = [
     "DECODES",

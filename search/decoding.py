@@ -19,11 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from envs import VECTOR_ENVS, instance_kwargs, start_count
-from models.agent import Agent, sample
-from models.state import StateWrapper
-from search.solutions import COSTS, InvalidTourError, tour_length, validate_tour
+from ppoor.envs import VECTOR_ENVS, instance_kwargs, start_count
+from ppoor.models.agent import Agent, sample
+from ppoor.models.state import StateWrapper
+from ppoor.search.solutions import COSTS, InvalidTourError, tour_length, validate_tour
 
 DECODES = ("greedy", "multi-greedy", "sampling")
 SYMMETRIES = 8

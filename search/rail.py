@@ -10,10 +10,9 @@ import time
 
 import numpy as np
 import torch
-
-from envs.rail import LEFT, RIGHT, STOP, branches, next_cell, occupancy
-from envs.rail_tree import observe, train_observation
-from models.rail import POLICY_INPUTS
+from ppoor.envs.rail import LEFT, RIGHT, STOP, branches, next_cell, occupancy
+from ppoor.envs.rail_tree import observe, train_observation
+from ppoor.models.rail import POLICY_INPUTS
 
 
 def shortest_path_rule(obs: dict, wrapper) -> np.ndarray:
@@ -115,8 +114,7 @@ def play_deadlock_avoidance(width: int, height: int, trains: int, seed: int, cit
     except ImportError:
         return None
     from flatland.envs.step_utils.states import TrainState
-
-    from envs.rail import deadlocked_trains, rail_env
+    from ppoor.envs.rail import deadlocked_trains, rail_env
 
     start = time.perf_counter()
     env = rail_env(width, height, trains, seed, cities)

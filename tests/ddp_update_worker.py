@@ -9,8 +9,9 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import ppo_or  # noqa: E402
-from models import Agent  # noqa: E402
+from ppoor.models import Agent  # noqa: E402
+
+from ppoor import ppo_or  # noqa: E402
 
 
 def main(data_path: str, out_path: str) -> None:

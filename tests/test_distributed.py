@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 import torch
 from checks import random_allowed_actions
-
-from envs import VECTOR_ENVS
-from models import Agent, StateWrapper, read_checkpoint
+from ppoor.envs import VECTOR_ENVS
+from ppoor.models import Agent, StateWrapper, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]

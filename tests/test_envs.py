@@ -4,9 +4,9 @@ import pytest
 from checks import SHARED, check_cvrp_actions, check_tsp_actions, random_allowed_actions
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ppoor.envs import CVRPVectorEnv, TSPVectorEnv, cvrp_capacity, kool_dataset
 
-import envs
-from envs import CVRPVectorEnv, TSPVectorEnv, cvrp_capacity, kool_dataset
+from ppoor import envs
 
 
 def make_vec(problem, m, n, traj):

@@ -10,16 +10,15 @@ import numpy as np
 import pytest
 import torch
 from checks import SHARED, check_cvrp_actions, check_tsp_actions
-
-from envs import kool_dataset
-from models import Agent, save_checkpoint
+from ppoor.envs import kool_dataset
+from ppoor.models import Agent, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 RLOR = SHARED / "checkpoints" / "rlor"
 REFERENCES = SHARED / "references"
 BENCHMARKS = SHARED / "benchmarks"
 needs_shared = pytest.mark.skipif(not RLOR.exists(), reason=f"{SHARED} is absent (not beside this clone)")
-evaluator = importlib.import_module("eval")
+evaluator = importlib.import_module("ppoor.eval")
 
 
 def run(tmp_path, *args) -> dict:
@@ -126,7 +125,7 @@ def test_validation_references_are_computed_once_and_cached(tmp_path):
     """The trainer's gap references: LKH on the first Kool instances, cached as an .npy. On TSP20
     they equal the shared LKH lengths of the test set (LKH is optimal there)."""
     pytest.importorskip("elkai", reason="elkai is an optional extra")
-    from data.references import kool_references
+    from ppoor.data.references import kool_references
 
     lengths = kool_references("tsp", 20, "test", 20, str(tmp_path))
     cached = tmp_path / "tsp20_test_seed1234_first20_lkh.npy"

@@ -22,12 +22,11 @@ from checks import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from envs import ENV_IDS, FAMILY_ENVS, VECTOR_ENVS, standard_dataset
-from models import Agent
-from models.checkpoints import save_checkpoint
-from search import decode
-from search.solutions import COSTS, InvalidTourError
+from ppoor.envs import ENV_IDS, FAMILY_ENVS, VECTOR_ENVS, standard_dataset
+from ppoor.models import Agent
+from ppoor.models.checkpoints import save_checkpoint
+from ppoor.search import decode
+from ppoor.search.solutions import COSTS, InvalidTourError
 
 FAMILY_IDS = list(FAMILY_ENVS)
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints" / "families"
@@ -224,7 +223,7 @@ def test_multi_greedy_is_no_worse_than_greedy(family_agents):
 ])  # fmt: skip
 def test_reference_tours_pass_the_checker_and_beat_random_ones(problem, variant, solver):
     pytest.importorskip({"pyvrp": "pyvrp", "ortools": "ortools"}[solver])
-    from data.references import FAMILY_SOLVERS
+    from ppoor.data.references import FAMILY_SOLVERS
 
     data = standard_dataset(problem, 8, "test", 3, variant)
     env = VECTOR_ENVS[problem](num_envs=3, num_nodes=8, n_traj=16, **({"variant": variant} if variant else {}))
@@ -240,8 +239,8 @@ def test_ppo_trains_and_eval_scores_every_family(tmp_path, monkeypatch, capsys):
     """One PPO iteration per family through ppo_or.py, then eval.py on an .npz file with references,
     --output and --plot."""
     monkeypatch.chdir(tmp_path)
-    ppo_or = importlib.import_module("ppo_or")
-    eval_script = importlib.import_module("eval")
+    ppo_or = importlib.import_module("ppoor.ppo_or")
+    eval_script = importlib.import_module("ppoor.eval")
     for env_id in ["mrcvrp-v0", "pdp-v0", "op-v0", "pctsp-v0", "pcvrp-v0", "mdvrptw-v0"]:
         ppo_or.main(ppo_or.Args(env_id=env_id, num_nodes=6, num_envs=8, total_timesteps=8, eval_interval=0,
                                 checkpoint_interval=0, threads=1))  # fmt: skip
@@ -261,7 +260,7 @@ def test_ppo_trains_and_eval_scores_every_family(tmp_path, monkeypatch, capsys):
 
 
 def test_family_checkpoints_round_trip(tmp_path, family_agents):
-    from models import load_agent
+    from ppoor.models import load_agent
 
     config = {"embed_dim": 32, "num_heads": 4, "num_layers": 1, "ff_hidden": 64}
     payload = {"problem": "op", "num_nodes": 10, "model_config": config, "model": family_agents["op"].state_dict()}
@@ -286,7 +285,7 @@ def test_family_checkpoints_round_trip(tmp_path, family_agents):
 def test_shipped_family_checkpoints_reproduce_their_figures(name, greedy, multi_greedy):
     """The weights in checkpoints/families/ (README's table) decode the first 50 test instances of
     their env (size 20) to the mean costs measured when they were shipped."""
-    from models import load_agent
+    from ppoor.models import load_agent
 
     torch.set_num_threads(1)
     agent, ckpt = load_agent(CHECKPOINTS / f"{name}20.pt")
@@ -300,7 +299,7 @@ def test_forbidden_starts_repeat_the_first_allowed_action(family_agents):
     """An orienteering customer beyond the length budget cannot start a tour: multi-greedy (and the
     trainer's multi-start rollouts, through the same allowed_starts) starts that trajectory with the
     first allowed action instead."""
-    from search import allowed_starts
+    from ppoor.search import allowed_starts
 
     mask = torch.tensor([[[False, True, False, True], [False, True, False, True]]])
     assert allowed_starts(torch.tensor([[2, 3]]), mask).tolist() == [[1, 3]]

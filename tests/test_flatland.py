@@ -105,10 +105,10 @@ def test_a_short_training_run_raises_the_arrival_rate(tmp_path, monkeypatch):
     imitation: the policy alone learns) on 25x25 maps with 2 trains: the greedy policy's arrival rate
     on 20 fixed validation maps rises above the untrained policy's (0.0 -> 0.225 here)."""
     import torch
+    from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots
+    from ppoor.models.rail import RailPolicy, load_rail_policy
 
-    import ppo_flatland
-    from envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots
-    from models.rail import RailPolicy, load_rail_policy
+    from ppoor import ppo_flatland
 
     monkeypatch.chdir(tmp_path)
     args = ppo_flatland.Args(

@@ -2,10 +2,17 @@ import numpy as np
 import pytest
 import torch
 from checks import SHARED, random_allowed_actions
-
-from envs import VECTOR_ENVS, kool_dataset
-from models import Agent, CheckpointError, StateWrapper, export_weights, load_agent, read_checkpoint, save_checkpoint
-from search import decode
+from ppoor.envs import VECTOR_ENVS, kool_dataset
+from ppoor.models import (
+    Agent,
+    CheckpointError,
+    StateWrapper,
+    export_weights,
+    load_agent,
+    read_checkpoint,
+    save_checkpoint,
+)
+from ppoor.search import decode
 
 RLOR = SHARED / "checkpoints" / "rlor"
 needs_rlor = pytest.mark.skipif(
@@ -209,7 +216,7 @@ def test_rlor_training_size_comes_from_the_file_name(tmp_path):
 
 
 def test_sampler_follows_the_distribution_and_never_picks_masked_actions():
-    from models.agent import sample
+    from ppoor.models.agent import sample
 
     probs = torch.tensor([[0.0, 0.2, 0.0, 0.5, 0.3, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]])
     logp = probs.log().expand(4000, 2, 6)
@@ -225,8 +232,7 @@ def test_single_query_attention_equals_the_fused_kernel(seed):
     """The greedy decoder's one-query attention (two batched products) against
     torch's scaled_dot_product_attention, with masked keys, on random inputs."""
     import torch.nn.functional as F
-
-    from models.attention_model import single_query_attention
+    from ppoor.models.attention_model import single_query_attention
 
     g = torch.Generator().manual_seed(seed)
     b, heads, keys, dk = 5, 8, 13, 16

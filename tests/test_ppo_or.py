@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 import torch
 from checks import SHARED
+from ppoor.envs import ENV_IDS, kool_dataset, standard_dataset
+from ppoor.models import Agent, load_agent, read_checkpoint
+from ppoor.search import decode
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-from envs import ENV_IDS, kool_dataset, standard_dataset
-from models import Agent, load_agent, read_checkpoint
-from search import decode
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--num-envs", "8", "--n-traj", "4", "--num-minibatches", "2", "--threads", "1", "--eval-instances", "20"]
@@ -221,7 +220,7 @@ def test_training_learns_vrptw20(tmp_path):
 
 def test_gae_bootstraps_unfinished_episodes_and_stops_at_termination():
     """Against a direct sum: A_t = sum_k (gamma lambda)^k delta_{t+k}, cut at termination."""
-    import ppo_or
+    from ppoor import ppo_or
 
     gamma, lam = 0.9, 0.8
     rewards = torch.tensor([[-1.0], [-2.0], [-3.0], [0.0]])[..., None]  # [T=4, M=1, N=1]
@@ -254,7 +253,7 @@ def test_short_rollouts_continue_episodes(tmp_path):
 
 
 def test_first_nodes_are_distinct_starts():
-    import ppo_or
+    from ppoor import ppo_or
 
     starts = torch.arange(1, 8)  # CVRP7: customers 1..7
     every = ppo_or.first_nodes(starts, 3, 7)
@@ -270,7 +269,7 @@ def test_first_nodes_are_distinct_starts():
 
 def test_shared_advantages_against_instance_means():
     """Return of each trajectory minus the mean over the N trajectories of all K copies of its instance."""
-    import ppo_or
+    from ppoor import ppo_or
 
     gen = torch.Generator().manual_seed(0)
     copies, drawn, n_traj = 2, 3, 4
@@ -288,9 +287,10 @@ def test_training_the_start_choice_moves_it_to_the_best_start():
     """With --multi-start, the forced first step enters the policy loss weighted by S x its old
     probability; 60 updates on fixed data where start 3 has the best return make it the greedy
     first node, and without --train-start the first-node policy does not move at all."""
-    import ppo_or
-    from envs import TSPVectorEnv
-    from models import StateWrapper
+    from ppoor.envs import TSPVectorEnv
+    from ppoor.models import StateWrapper
+
+    from ppoor import ppo_or
 
     torch.manual_seed(0)
     env = TSPVectorEnv(num_envs=4, num_nodes=6, n_traj=6)
@@ -356,9 +356,10 @@ def test_start_loss_is_the_gradient_of_the_expected_advantage():
     """At the old policy (ratio 1) the weighted loss of the forced first step has the gradient of
     -(S / live steps) x sum over instances and starts of pi(start) x advantage(start): the exact
     expectation over the first-node policy, not the sampled-action estimate."""
-    import ppo_or
-    from envs import CVRPVectorEnv
-    from models import StateWrapper
+    from ppoor.envs import CVRPVectorEnv
+    from ppoor.models import StateWrapper
+
+    from ppoor import ppo_or
 
     env = CVRPVectorEnv(num_envs=3, num_nodes=5, n_traj=5)
     obs, _ = env.reset(seed=1)
@@ -422,8 +423,7 @@ def test_a_rollout_step_copies_each_observation_once_and_syncs_once(env_id):
     the actions back (the step's only synchronisation), no .item() / nonzero on device tensors."""
     sys.path.insert(0, str(ROOT / "bench"))
     from host_traffic import traffic_per_step
-
-    from models.state import DYNAMIC_KEYS
+    from ppoor.models.state import DYNAMIC_KEYS
 
     counts = traffic_per_step(env_id, num_nodes=10, num_envs=8)
     assert counts["steps"] >= 9

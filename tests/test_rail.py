@@ -7,8 +7,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("flatland", reason="flatland-rl is an optional extra: pip install -r requirements-flatland.txt")
 from flatland.envs.step_utils.states import TrainState  # noqa: E402
-
-from envs.rail import (  # noqa: E402
+from ppoor.envs.rail import (  # noqa: E402
     ARRIVAL_REWARD,
     DEADLOCK_PENALTY,
     DISTANCE_REWARD,
@@ -17,7 +16,7 @@ from envs.rail import (  # noqa: E402
     deadlocked_trains,
     rail_env,
 )
-from envs.rail_safety import PathBook  # noqa: E402
+from ppoor.envs.rail_safety import PathBook  # noqa: E402
 
 STEPS = ((-1, 0), (0, 1), (1, 0), (0, -1))  # north, east, south, west: written here, not imported
 
@@ -206,7 +205,7 @@ def test_impossible_maps_fail_with_one_line(kwargs, message):
 
 def observed(env, trains, ids=None, depth=2):
     """observe() of a RailDecisionEnv-like holder around a raw simulator with trains placed by hand."""
-    from envs.rail_tree import observe
+    from ppoor.envs.rail_tree import observe
 
     holder = RailDecisionEnv.__new__(RailDecisionEnv)
     holder.env, holder.trains, holder.width, holder.height = env, len(env.agents), env.width, env.height
@@ -233,7 +232,7 @@ def walk_length(env, cell, heading):
 
 
 def test_observation_shapes_and_segment_features(track):
-    from envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES
+    from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES
 
     env, (c0, c1, c2), d = track
     obs, _ = observed(env, {0: (c0, d), 1: (c2, d)})
@@ -252,7 +251,7 @@ def test_observation_shapes_and_segment_features(track):
 
 
 def test_oncoming_train_and_who_yields(track):
-    from envs.rail_tree import EDGE_FEATURES
+    from ppoor.envs.rail_tree import EDGE_FEATURES
 
     env, (c0, _, c2), d = track
     column = EDGE_FEATURES.index
@@ -300,7 +299,7 @@ def test_the_safety_layer_forbids_the_branch_with_a_train_coming_head_on():
     switch: that branch is masked, stop is allowed only if the other branch is masked too (train 1,
     before the switch, may only stop); with train 0 alone, the branch is masked only if its path
     cannot reach the target."""
-    from envs.rail import LEFT, RIGHT, STOP
+    from ppoor.envs.rail import LEFT, RIGHT, STOP
 
     env = rail_env(25, 25, 5, seed=0)
     switch, heading, blocked, _, cell = facing_switch_with_a_track_behind(env)
@@ -349,7 +348,7 @@ def test_within_the_safety_layer_random_decisions_never_meet_head_on(seed, stop_
     allowed by the mask (a stop is masked while a move is allowed, and a move may be turned into a stop,
     never the other way), and after every step no two trains face each other on a plain track (the
     test's own walk); without the safety layer the same decisions do meet head-on on some maps."""
-    from envs.rail import STOP
+    from ppoor.envs.rail import STOP
 
     env = RailDecisionEnv(25, 25, 5, safety=True)
     env.reset(seed)

@@ -13,14 +13,13 @@ import torch
 from checks import SHARED, check_vrp_actions, random_allowed_actions, run_random
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from data.datasets import load_data
-from data.references import pyvrp_vrp_tour, solve_reference
-from envs import ENV_IDS, ENV_VARIANTS, CVRPVectorEnv, VRPVectorEnv
-from envs.vrp import VARIANTS, check_vrp_instances, instance_variants, vrp_dataset, vrp_instances
-from models import Agent, load_agent, save_checkpoint
-from search import decode
-from search.solutions import InvalidTourError, vrp_cost
+from ppoor.data.datasets import load_data
+from ppoor.data.references import pyvrp_vrp_tour, solve_reference
+from ppoor.envs import ENV_IDS, ENV_VARIANTS, CVRPVectorEnv, VRPVectorEnv
+from ppoor.envs.vrp import VARIANTS, check_vrp_instances, instance_variants, vrp_dataset, vrp_instances
+from ppoor.models import Agent, load_agent, save_checkpoint
+from ppoor.search import decode
+from ppoor.search.solutions import InvalidTourError, vrp_cost
 
 
 def one(static, b):
@@ -201,7 +200,7 @@ def test_bad_variant_raises():
 # ---- evaluation: test sets, .npz files, Solomon files, PyVRP references ----
 
 SOLOMON = SHARED / "benchmarks" / "solomon"
-evaluator = importlib.import_module("eval")
+evaluator = importlib.import_module("ppoor.eval")
 
 
 @pytest.fixture(scope="module")

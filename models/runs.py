@@ -1,0 +1,171 @@
+"""Run plumbing shared by the trainers (ppo_or.py, ppo_flatland.py): argument checks, the run
+folder, the memory a run needs, the progress text, Weights and Biases and the hyperparameter log.
+
+The trainers keep the algorithm; what every run does around it lives here, written once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+import time
+from dataclasses import asdict, fields
+
+import torch
+
+MAX_SEED = 2**32 - 1  # numpy's seeds are 32-bit
+MAX_SECONDS = 10 * 365 * 86_400.0  # a time budget is finite: ten years at most
+MAX_THREADS = 1024
+EXP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a field name: ``num_envs`` -> ``--num-envs``."""
+    return "--" + name.replace("_", "-")
+
+
+def check_numbers(args, limits: dict[str, tuple[float, float]]) -> list[str]:
+    """One line per numeric field of the dataclass ``args`` outside its closed range in ``limits``
+    (field name -> (low, high); a field left unset, None, is not checked). Every numeric field must
+    have a range: a field without one is a programming error (KeyError), which the table-driven test
+    of every script's arguments catches. NaN never passes; infinity only where the range allows it."""
+    problems = []
+    for f in fields(args):
+        value = getattr(args, f.name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        low, high = limits[f.name]
+        if math.isnan(value) or not low <= value <= high:
+            problems.append(f"{flag(f.name)} must be {describe_range(low, high)}, got {number(value)}")
+    return problems
+
+
+def describe_range(low: float, high: float) -> str:
+    """``at least 1``, ``between 0 and 1``, ``a finite number >= 0`` ... for a message."""
+    if high == math.inf:
+        return f"at least {number(low)}"
+    if high == MAX_SECONDS:
+        return f"a finite number of at least {number(low)}"
+    return f"between {number(low)} and {number(high)}"
+
+
+def number(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def fail(problems: list[str]) -> None:
+    """Exits with every problem found, one per line, when there are any."""
+    if problems:
+        sys.exit("error: " + "\n       ".join(problems))
+
+
+def exp_name_problem(name: str) -> str | None:
+    """Why ``--exp-name`` cannot name a folder inside runs/ (a path, spaces, a leading dot); None if it can."""
+    if EXP_NAME.fullmatch(name):
+        return None
+    return (
+        f"--exp-name {name!r} must be a plain folder name: letters, digits, '.', '_' and '-' (100 at most), "
+        "starting with a letter or digit"
+    )
+
+
+def new_run_dir(stem: str, root: str = "runs") -> tuple[str, str]:
+    """Creates a run folder ``root/{stem}__{unix time}`` of its own and returns (run name, folder).
+    The folder is made with ``exist_ok=False``, so two runs started in the same second never share
+    one: the second gets the suffix ``-2`` (then ``-3``, ...)."""
+    base = f"{stem}__{int(time.time())}"
+    os.makedirs(root, exist_ok=True)
+    for k in range(1, 10_000):
+        name = base if k == 1 else f"{base}-{k}"
+        try:
+            os.mkdir(os.path.join(root, name))
+        except FileExistsError:
+            continue
+        return name, os.path.join(root, name)
+    raise RuntimeError(f"no free run folder for {base} in {root}")
+
+
+def available_memory(device: torch.device) -> int:
+    """Bytes free for a run's tensors: the GPU's free memory on CUDA, else the host's available memory
+    (MemAvailable where /proc/meminfo has it, else the free pages)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62  # unknown: nothing is refused
+
+
+def memory_problem(needed: float, device: torch.device, what: str) -> str | None:
+    """A line saying that ``what`` needs ``needed`` bytes (an estimate) and how much is free, when it
+    does not fit; None when it does."""
+    free = available_memory(device)
+    if needed <= free:
+        return None
+    where = "GPU" if device.type == "cuda" else "memory"
+    return f"{what} needs about {gib(needed)} of {where}, {gib(free)} is available"
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.0f} MiB"
+
+
+def progress(iteration: int, total: int, elapsed: float, remaining: float) -> str:
+    """`` | k/K iterations, hh:mm:ss elapsed, ETA hh:mm:ss``: the end of a trainer's iteration line."""
+    clock = [time.strftime("%H:%M:%S", time.gmtime(max(0.0, min(t, 359_999.0)))) for t in (elapsed, remaining)]
+    return f" | {iteration}/{total} iterations, {clock[0]} elapsed, ETA {clock[1]}"
+
+
+def wandb_problem() -> str | None:
+    """Why --track cannot log, checked before any work so that a run never stops at wandb's
+    interactive login prompt; None when it can (a login, WANDB_API_KEY, or an offline mode)."""
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        return "wandb is not installed: pip install wandb"
+    if os.environ.get("WANDB_MODE") in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_API_KEY"):
+        return None
+    netrc = os.path.expanduser("~/.netrc")
+    if os.path.exists(netrc) and "api.wandb.ai" in open(netrc, errors="replace").read():
+        return None
+    return "no wandb login: run `wandb login` (or set WANDB_API_KEY), or log offline with WANDB_MODE=offline"
+
+
+def start_wandb(args, run_name: str) -> None:
+    """Mirrors the run to Weights and Biases (tensorboard synced); one line and exit when it cannot start."""
+    import wandb
+
+    try:
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            id=run_name.replace("/", "_"),
+            resume="allow",
+            save_code=True,
+            settings=wandb.Settings(init_timeout=30),
+        )
+    except Exception as exc:  # wandb raises its own kinds for login, network and server errors
+        sys.exit(f"error: --track: wandb could not start ({exc}); log offline with WANDB_MODE=offline")
+
+
+def log_hyperparameters(writer, run_dir: str, args, **extra) -> None:
+    """CleanRL's hyperparameter table in tensorboard and ``args.json`` (with ``extra``) in the run folder."""
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n{}".format("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+    with open(os.path.join(run_dir, "args.json"), "w") as f:
+        json.dump({**asdict(args), **extra}, f, indent=2)
