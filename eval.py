@@ -12,6 +12,7 @@ weights_only=True); the problem and size come from the checkpoint.
 """
 
 import json
+import math
 import os
 import re
 import sys
@@ -24,10 +25,13 @@ import torch
 import tyro
 from ppoor.data.datasets import STANDARD_SETS, DataError, Dataset, load_data
 from ppoor.data.references import solve_reference
+from ppoor.data.solution_files import split_routes, write_solution
 from ppoor.envs import ENV_IDS, ENV_VARIANTS, VECTOR_ENVS
 from ppoor.envs.vrp import MIXED, VARIANTS
 from ppoor.models import CheckpointError, keep_freed_memory, latest_checkpoint, load_agent
+from ppoor.models.runs import MAX_SECONDS, MAX_SEED, MAX_THREADS, check_numbers, fail, memory_problem
 from ppoor.search import decode
+from ppoor.search.solutions import INTEGER_ROUNDINGS, tour_length
 from tqdm import tqdm
 
 
@@ -85,27 +89,53 @@ class Args:
     """draw the routes of the first instances into this image file (matplotlib)"""
     plot_instances: int = 4
     """how many instances --plot draws"""
+    output_solutions: str | None = None
+    """write each instance's solution into this folder: a TSPLIB .tour for TSP, a CVRPLIB / VRPLIB .sol
+    (vrplib's writer: routes of customer numbers, depot 0, and the cost) for the others"""
+
+
+LIMITS = {
+    "num_nodes": (2, 100_000),
+    "num_instances": (1, math.inf),
+    "num_starts": (1, math.inf),
+    "num_samples": (1, 100_000),
+    "augment": (1, 8),
+    "batch_size": (1, math.inf),
+    "seed": (0, MAX_SEED),
+    "solver_seconds": (0.01, MAX_SECONDS),
+    "threads": (1, MAX_THREADS),
+    "plot_instances": (1, 100),
+}
+"""The closed range of every numeric argument (``models.runs.check_numbers``)."""
 
 
 def check_args(args: Args) -> None:
-    if not 1 <= args.augment <= 8:
-        sys.exit(f"error: --augment must be between 1 and 8, got {args.augment}")
-    for name in ("num_instances", "num_starts", "num_nodes"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            sys.exit(f"error: --{name.replace('_', '-')} must be at least 1, got {value}")
-    if args.num_samples < 1 or args.batch_size < 1:
-        sys.exit("error: --num-samples and --batch-size must be at least 1")
-    if args.plot_instances < 1:
-        sys.exit(f"error: --plot-instances must be at least 1, got {args.plot_instances}")
+    """Every argument is checked, and every output path tried, before any work."""
+    problems = check_numbers(args, LIMITS)
+    if args.augment not in (1, 8) and not problems:
+        problems.append(f"--augment must be 1 or 8 (all the symmetries of the square), got {args.augment}")
     if args.output and not args.output.endswith(".json"):
-        sys.exit(f"error: --output {args.output}: the results are written as JSON; name a .json file")
+        problems.append(f"--output {args.output}: the results are written as JSON; name a .json file")
     if args.plot and os.path.splitext(args.plot)[1].lower() not in PLOT_FORMATS:
-        sys.exit(f"error: --plot {args.plot}: name an image file ({', '.join(PLOT_FORMATS)})")
+        problems.append(f"--plot {args.plot}: name an image file ({', '.join(PLOT_FORMATS)})")
+    fail(problems)
     for name in ("output", "plot"):
         path = getattr(args, name)
         if path:
             check_writable(f"--{name}", path)
+    if args.output_solutions:
+        check_folder("--output-solutions", args.output_solutions)
+
+
+def decode_memory(args: Args, nodes: int, instances: int) -> float:
+    """Bytes decoding needs, estimated: the encoder's self-attention over A = ``nodes`` + 1 actions
+    (8 heads, scores and softmax of three layers' worth at once, float32) and the decoder's attention of
+    every trajectory (N starts or samples) over the actions, for a batch of min(--batch-size, instances)
+    instances in --augment copies."""
+    actions = nodes + 1
+    batch = min(args.batch_size, instances) * args.augment
+    trajectories = {"greedy": 1, "multi-greedy": args.num_starts or actions, "sampling": args.num_samples}[args.decode]
+    return 4.0 * 8 * batch * (3 * actions**2 + 4 * trajectories * actions)
 
 
 COST_NAMES = {"op": "mean -prize", "pctsp": "mean cost", "pcvrp": "mean cost"}
@@ -124,6 +154,18 @@ PLOT_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 IMPLAUSIBLE_GAP = 5.0  # percent below the reference on most instances: the references are for other data
 
 
+def check_folder(flag: str, path: str) -> None:
+    """Fails now, before any decoding, if files cannot be written into the folder ``path`` (made if missing)."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        sys.exit(f"error: {flag} {path} is a file; name a folder for the solution files")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        sys.exit(f"error: {flag} {path}: cannot write there ({exc.strerror or exc})")
+
+
 def check_writable(flag: str, path: str) -> None:
     """Fails now, before any decoding, if ``path`` cannot be written (its folder is made if missing)."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -135,6 +177,11 @@ def check_writable(flag: str, path: str) -> None:
             pass
     except OSError as exc:
         sys.exit(f"error: {flag} {path}: cannot write there ({exc.strerror or exc})")
+
+
+def check_memory(args: Args, nodes: int, instances: int, device: torch.device) -> None:
+    if problem := memory_problem(decode_memory(args, nodes, instances), device, f"decoding {nodes}-node instances"):
+        sys.exit(f"error: {problem} (lower --batch-size, --num-starts or --augment, or evaluate smaller instances)")
 
 
 def evaluate_group(agent, group: Dataset, args: Args, progress) -> dict:
@@ -160,57 +207,125 @@ def evaluate_group(agent, group: Dataset, args: Args, progress) -> dict:
     return {"lengths": lengths, "references": references, "tours": result.tours, "seconds": result.seconds}
 
 
-def plot_routes(path: str, groups: list, results: list, count: int) -> None:
+def plot_routes(path: str, groups: list, results: list, count: int, label: str) -> None:
+    """Draws the first ``count`` solutions into ``path``: one panel per instance titled with its name
+    and cost, each route in its own colour with a legend entry (route number, load where the problem
+    has one, length), the depot(s) as red squares and a TSP tour's start as a red star, backhaul
+    customers and pickups as triangles, time windows as labels (20 customers or fewer), prizes as
+    marker areas; the figure's title names ``label`` (the checkpoint and the decoding)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     items = [(g, r, i) for g, r in zip(groups, results, strict=True) for i in range(len(g.names))][:count]
-    fig, axes = plt.subplots(1, len(items), figsize=(4 * len(items), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(items), figsize=(5.5 * len(items), 4.8), squeeze=False)
     for ax, (group, result, i) in zip(axes[0], items, strict=True):
         points = group.node_points(i)
         tour = result["tours"][i]
-        nodes = np.concatenate([tour, tour[:1]]) if group.problem == "tsp" else np.concatenate([[0], tour])
-        free_returns = group.free_returns(i)
-        depots = len(group.instances["depots"][i]) if group.problem == "mdvrp" else 1
-        for a, b in zip(nodes[:-1], nodes[1:], strict=True):  # an open route's free return is dotted
-            if a < depots and b < depots:  # a move between depots before a route: not driven
-                continue
-            style = ":" if free_returns and b == 0 else "-"
-            ax.plot(points[[a, b], 0], points[[a, b], 1], style, lw=1, color="tab:blue")
-        draw_nodes(ax, group, i, points, tour, depots)
-        start = points[tour[:1]] if group.problem == "tsp" else points[:depots]  # the tour's start, or the depots
-        ax.scatter(start[:, 0], start[:, 1], s=60, marker="s", color="tab:red", zorder=4)
-        decimals = {"nearest": 0, "tenth-down": 1}.get(group.rounding, 4)
-        ax.set_title(f"{group.names[i]}: {result['lengths'][i]:,.{decimals}f}", fontsize=9)
+        depots = len(group.instances["depots"][i]) if group.problem == "mdvrp" else 0 if group.problem == "tsp" else 1
+        colours = plt.get_cmap("tab10" if len(split_routes(tour, max(depots, 1))) <= 10 else "tab20")
+        for k, (nodes, text) in enumerate(route_paths(group, i, tour, depots)):
+            free = group.free_returns(i)
+            for a, b in zip(nodes[:-1], nodes[1:], strict=True):  # an open route's free return is dotted
+                style = ":" if free and b == 0 else "-"
+                ax.plot(points[[a, b], 0], points[[a, b], 1], style, lw=1.2, color=colours(k % colours.N))
+            ax.plot([], [], "-", color=colours(k % colours.N), label=text)
+        draw_nodes(ax, group, i, points, tour, max(depots, 0))
+        if depots:
+            ax.scatter(
+                points[:depots, 0], points[:depots, 1], s=70, marker="s", color="tab:red", zorder=5, label="depot"
+            )
+        else:
+            ax.scatter(*points[tour[0]], s=120, marker="*", color="tab:red", zorder=5, label="start")
+        decimals = 0 if group.rounding in INTEGER_ROUNDINGS else 1 if group.rounding == "tenth-down" else 4
+        cost = COST_NAMES.get(group.problem, "length").removeprefix("mean ")
+        ax.set_title(f"{group.names[i]}: {cost} {result['lengths'][i]:,.{decimals}f}", fontsize=10)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
         ax.set_aspect("equal")
         ax.set_xticks([])
         ax.set_yticks([])
+    fig.suptitle(f"{label}: {items[0][0].problem.upper()} {', '.join(g.names[i] for g, _, i in items)}", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
+def route_paths(group: Dataset, i: int, tour: np.ndarray, depots: int) -> list[tuple[np.ndarray, str]]:
+    """The node sequences [L] of instance ``i``'s routes (depot to depot; a TSP tour closed) and each
+    one's legend text: route number, load (demand as a share of the capacity) and length."""
+    points = group.node_points(i)
+    if group.problem == "tsp":
+        nodes = np.concatenate([tour, tour[:1]])
+        return [(nodes, f"tour, {len(tour)} nodes")]
+    demand = route_demand(group, i)
+    paths = []
+    for k, route in enumerate(split_routes(tour, depots)):
+        depot = route[0] if depots > 1 else 0
+        customers = route[1:] if depots > 1 else route
+        nodes = np.array([depot, *customers, depot])
+        edges = tour_length(points, nodes, closed=False, rounding=group.rounding, free_returns=group.free_returns(i))
+        text = f"route {k + 1}: {len(customers)} stops"
+        if demand is not None:
+            text += f", load {demand[np.array(customers) - depots].sum():.0%}"
+        paths.append((nodes, f"{text}, length {edges:,.{0 if group.rounding in INTEGER_ROUNDINGS else 2}f}"))
+    return paths
+
+
+def route_demand(group: Dataset, i: int) -> np.ndarray | None:
+    """Each customer's demand as a share of the capacity [n] (linehaul plus backhaul; all resources
+    summed for MRCVRP), None where the problem has no loads."""
+    inst = group.instances
+    if "demand" in inst:
+        demand = inst["demand"][i]
+        return demand.sum(-1) if demand.ndim > 1 else demand
+    if "demand_linehaul" in inst:
+        return inst["demand_linehaul"][i] + inst["demand_backhaul"][i]
+    return None
+
+
 def draw_nodes(ax, group: Dataset, i: int, points: np.ndarray, tour: np.ndarray, depots: int) -> None:
-    """The nodes of instance ``i`` after its ``depots`` (TSP: all of them): visited ones black, skipped ones (prize collecting) hollow grey,
-    backhaul customers green triangles, pickups green triangles and deliveries purple upside-down
-    triangles with a thin dashed line to their partner (pickup and delivery)."""
-    customers = np.arange(depots, len(points)) if group.problem != "tsp" else np.arange(len(points))
+    """The nodes of instance ``i`` after its ``depots`` (TSP: all of them): visited ones black, skipped
+    ones (prize collecting) hollow grey, with marker areas by prize; backhaul customers green
+    triangles; pickups green triangles and deliveries purple upside-down triangles with a thin dashed
+    line to their partner (pickup and delivery); time windows as [open, close] labels when there are
+    20 customers or fewer."""
+    customers = np.arange(depots, len(points))
     skipped = np.setdiff1d(customers, tour) if group.problem in ("op", "pctsp", "pcvrp") else np.array([], int)
     shown = np.setdiff1d(customers, skipped)
-    ax.scatter(points[shown, 0], points[shown, 1], s=8, color="black", zorder=3)
-    ax.scatter(points[skipped, 0], points[skipped, 1], s=14, facecolors="none", edgecolors="grey", zorder=3)
-    if group.problem == "mtvrp":  # backhaul (pickup) customers as triangles
-        pickups = np.flatnonzero(group.instances["demand_backhaul"][i] > 0) + 1
-        ax.scatter(points[pickups, 0], points[pickups, 1], s=24, marker="^", color="tab:green", zorder=4)
+    sizes = np.full(len(points), 10.0)
+    if "prize" in group.instances:
+        prize = group.instances["prize"][i]
+        sizes[depots:] = 10 + 60 * prize / max(prize.max(), 1e-9)
+        ax.scatter([], [], s=40, color="black", label="marker area: prize")
+    ax.scatter(points[shown, 0], points[shown, 1], s=sizes[shown], color="black", zorder=3)
+    if len(skipped):
+        ax.scatter(points[skipped, 0], points[skipped, 1], s=sizes[skipped], facecolors="none", edgecolors="grey",
+                   zorder=3, label="skipped")  # fmt: skip
+    if group.problem == "mtvrp":
+        backhauls = np.flatnonzero(group.instances["demand_backhaul"][i] > 0) + 1
+        if len(backhauls):
+            ax.scatter(points[backhauls, 0], points[backhauls, 1], s=28, marker="^", color="tab:green", zorder=4,
+                       label="backhaul")  # fmt: skip
     if group.problem == "pdp":
         half = (len(points) - 1) // 2
         pickups, deliveries = np.arange(1, half + 1), np.arange(half + 1, 2 * half + 1)
         for a, b in zip(pickups, deliveries, strict=True):
             ax.plot(points[[a, b], 0], points[[a, b], 1], "--", lw=0.4, color="grey")
-        ax.scatter(points[pickups, 0], points[pickups, 1], s=24, marker="^", color="tab:green", zorder=4)
-        ax.scatter(points[deliveries, 0], points[deliveries, 1], s=24, marker="v", color="tab:purple", zorder=4)
+        ax.scatter(
+            points[pickups, 0], points[pickups, 1], s=28, marker="^", color="tab:green", zorder=4, label="pickup"
+        )
+        ax.scatter(points[deliveries, 0], points[deliveries, 1], s=28, marker="v", color="tab:purple", zorder=4,
+                   label="delivery")  # fmt: skip
+    windows = group.instances.get("time_windows")
+    if windows is not None and len(customers) <= 20 and np.isfinite(windows[i][depots:, 1]).any():
+        scale = 1.0 if group.points is None else (points.max(0) - points.min(0)).max()
+        for node in customers:
+            row = node if len(windows[i]) == len(points) else node - depots  # depot rows first, or customers only
+            low, high = windows[i][row] * scale
+            if np.isfinite(high):
+                ax.annotate(f"[{low:.1f}, {high:.1f}]", points[node], fontsize=6, color="tab:blue",
+                            xytext=(3, 3), textcoords="offset points")  # fmt: skip
 
 
 def benchmark_class(name: str) -> str | None:
@@ -254,7 +369,11 @@ def main(args: Args) -> None:
             ckpt.get("args", {}).get("env_id"), MIXED if problem == "mtvrp" else None
         )
         size = args.num_nodes or ckpt["num_nodes"]
+        if args.data in STANDARD_SETS:  # before drawing the set: the size and count are known
+            check_memory(args, size, args.num_instances or 1, device)
         groups = load_data(args.data, problem, size, args.num_instances, args.references, variant)
+        for group in groups:
+            check_memory(args, group.num_nodes, len(group.names), device)
         for group in groups:
             if args.decode == "multi-greedy" and args.num_starts and args.num_starts > group.num_nodes:
                 raise ValueError(
@@ -321,12 +440,24 @@ def main(args: Args) -> None:
             json.dump(out, f)
         print(f"wrote {args.output}")
     if args.plot:
-        plot_routes(args.plot, groups, results, args.plot_instances)
+        plot_routes(args.plot, groups, results, args.plot_instances, f"{checkpoint.name}, {decoding}")
         print(f"wrote {args.plot}")
+    if args.output_solutions:
+        written = [
+            write_solution(args.output_solutions, group, i, result["tours"][i], result["lengths"][i])
+            for group, result in zip(groups, results, strict=True)
+            for i in range(len(group.names))
+        ]
+        print(f"wrote {len(written)} solution files to {args.output_solutions} (e.g. {written[0].name})")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The ``ppo-or-eval`` console command."""
     try:
         main(tyro.cli(Args))
     except KeyboardInterrupt:
         sys.exit("interrupted: nothing was written")
+
+
+if __name__ == "__main__":
+    cli()

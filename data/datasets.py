@@ -11,6 +11,7 @@ that gaps compare with published optima.
 from __future__ import annotations
 
 import csv
+import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,9 +20,9 @@ from ppoor.envs import VECTOR_ENVS, instance_kwargs, standard_dataset
 from ppoor.envs.instances import STATIC_KEYS, check_instances
 from ppoor.envs.vrp import STATIC_KEYS as VRP_KEYS
 from ppoor.envs.vrp import check_vrp_instances
-from ppoor.search.solutions import COSTS, round_lengths, tour_length
+from ppoor.search.solutions import COSTS, EDGE_WEIGHT_TYPES, distance_matrix, geo_radians, tour_length
 
-FILE_SUFFIXES = {".tsp": "tsp", ".vrp": "cvrp", ".txt": "mtvrp"}
+FILE_SUFFIXES = (".tsp", ".vrp", ".txt")
 STANDARD_SETS = {"kool-test": "test", "kool-val": "val", "test": "test", "val": "val"}
 FAMILY_PROBLEMS = ("mrcvrp", "pdp", "op", "pctsp", "pcvrp", "mdvrp")
 """The further constraint families: generated and .npz data only, scored by ``search.solutions.COSTS``."""
@@ -65,8 +66,7 @@ class Dataset:
     def distance_matrix(self, index: int) -> np.ndarray:
         """Distances [A, A] between the nodes of instance ``index`` in reported units (for the
         reference solvers)."""
-        points = self.node_points(index)
-        return round_lengths(np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1)), self.rounding)
+        return distance_matrix(self.node_points(index), self.rounding)
 
     def node_points(self, index: int) -> np.ndarray:
         """Coordinates [A, 2] of instance ``index`` in reported units, indexed by action."""
@@ -122,10 +122,19 @@ def load_data(
 def load_npz(path: Path, problem: str) -> Dataset:
     """TSP: ``coords`` [B, n, 2]; CVRP: ``depot`` [B, 2], ``coords`` [B, n, 2], integer ``demand``
     [B, n], ``capacity`` (scalar or [B]); optional ``reference`` [B]."""
+    if not zipfile.is_zipfile(path):
+        raise DataError(f"{path}: not an .npz archive (numpy.savez writes one; this file is not a zip archive)")
     try:
-        data = dict(np.load(path, allow_pickle=False))
+        with np.load(path, allow_pickle=False) as archive:
+            data = dict(archive)
     except Exception as exc:
         raise DataError(f"{path}: not a readable .npz file ({exc})") from exc
+    for key, value in data.items():
+        if value.dtype.kind not in "biuf":
+            raise DataError(f"{path}: '{key}' holds {value.dtype} values; every array must be numeric")
+    coords = data.get("coords")
+    if coords is not None and coords.ndim >= 1 and len(coords) == 0:
+        raise DataError(f"{path}: holds no instances ('coords' has shape {list(coords.shape)})")
     if problem == "mtvrp":
         return load_vrp_npz(path, data)
     if problem not in ("tsp", "cvrp"):
@@ -135,6 +144,12 @@ def load_npz(path: Path, problem: str) -> Dataset:
     if missing:
         raise DataError(
             f"{path}: a {problem} .npz file needs the keys {keys} (+ optional 'reference'); missing {missing}"
+        )
+    unknown = [k for k in data if k not in (*keys, "reference")]
+    if unknown:
+        raise DataError(
+            f"{path}: unknown keys {unknown} for a {problem.upper()} model, which reads {keys} (+ optional "
+            "'reference'); is it a file of another problem?"
         )
     instances = {k: data[k] for k in keys if k != "capacity"}
     if problem == "cvrp":
@@ -165,6 +180,7 @@ def npz_dataset(path: Path, problem: str, instances: dict, data: dict) -> Datase
         references = np.asarray(data["reference"], dtype=np.float64)
         if references.shape != (count,):
             raise DataError(f"{path}: 'reference' must have shape [{count}], got {list(references.shape)}")
+        check_references(f"{path}: 'reference'", problem, references)
     return Dataset(problem, instances, [f"{path.stem}-{i}" for i in range(count)], references)
 
 
@@ -244,33 +260,56 @@ def unit_square(points: np.ndarray) -> tuple[np.ndarray, float]:
     return (points - low) / span, span
 
 
+def file_problem(path: Path, problem: str) -> None:
+    """Refuses a file the model does not solve: a .tsp for a TSP model, a .vrp for a CVRP model or a
+    multi-task VRP model (as its cvrp variant), a Solomon .txt for a VRP model."""
+    readers = {".tsp": ("tsp",), ".vrp": ("cvrp", "mtvrp"), ".txt": ("mtvrp",)}[path.suffix]
+    if problem not in readers:
+        kind = {".tsp": "a TSP file", ".vrp": "a CVRP file", ".txt": "a .txt file is read as a Solomon VRPTW instance"}
+        raise DataError(f"{path}: {kind[path.suffix]}, but the model solves {problem.upper()}")
+
+
+def model_coordinates(points: np.ndarray, rounding: str) -> np.ndarray:
+    """The coordinates [A, 2] the model sees, in the unit square: the file's own for planar types;
+    for GEO (latitude, longitude in degrees.minutes) an equirectangular projection, x = longitude x
+    cos(mean latitude), y = latitude (radians), which keeps distances within a few percent over the
+    span of a TSPLIB GEO instance."""
+    if rounding == "geo":
+        lat, lon = geo_radians(points).T
+        points = np.stack([lon * np.cos(lat.mean()), lat], axis=1)
+    return unit_square(points)[0]
+
+
 def load_routing_file(path: Path, problem: str) -> Dataset:
-    """One TSPLIB .tsp, CVRPLIB .vrp (EUC_2D) or Solomon .txt instance, normalised into the unit square."""
+    """One TSPLIB .tsp or CVRPLIB .vrp instance with coordinates (EUC_2D, CEIL_2D, ATT or GEO) or a
+    Solomon .txt instance, normalised into the unit square; lengths are reported by the file's own
+    distance function. A .vrp file given to a multi-task VRP model is its cvrp variant."""
     import vrplib
 
-    if FILE_SUFFIXES[path.suffix] != problem:
-        kind = {".tsp": "a TSP file", ".vrp": "a CVRP file", ".txt": "a .txt file is read as a Solomon VRPTW instance"}[
-            path.suffix
-        ]
-        raise DataError(f"{path}: {kind}, but the model solves {problem.upper()}")
-    if problem == "mtvrp":
+    file_problem(path, problem)
+    if path.suffix == ".txt":
         return load_solomon(path)
     try:
         raw = vrplib.read_instance(path, compute_edge_weights=False)
     except Exception as exc:
         raise DataError(f"{path}: cannot be read as a TSPLIB/CVRPLIB instance ({exc})") from exc
-    if raw.get("edge_weight_type") != "EUC_2D" or "node_coord" not in raw:
+    kind = str(raw.get("edge_weight_type", "")).upper()
+    if kind not in EDGE_WEIGHT_TYPES or "node_coord" not in raw:
         raise DataError(
-            f"{path}: only EUC_2D instances with NODE_COORD_SECTION are supported, got {raw.get('edge_weight_type')}"
+            f"{path}: EDGE_WEIGHT_TYPE {kind or '(none)'}: supported are instances with a NODE_COORD_SECTION "
+            f"and {' / '.join(EDGE_WEIGHT_TYPES)}"
         )
+    rounding = EDGE_WEIGHT_TYPES[kind]
     try:
         points = np.asarray(raw["node_coord"], dtype=np.float64)
     except ValueError:
         points = None
-    if points is None or points.ndim != 2 or points.shape[1] != 2:
+    if points is None or points.ndim != 2 or points.shape[1] != 2 or not np.isfinite(points).all():
         raise DataError(f"{path}: malformed NODE_COORD_SECTION (x y per node), or a misspelt section after it")
-    unit, _ = unit_square(points)
-    if problem == "tsp":
+    if "dimension" in raw and int(raw["dimension"]) != len(points):
+        raise DataError(f"{path}: DIMENSION is {raw['dimension']} but NODE_COORD_SECTION lists {len(points)} nodes")
+    unit = model_coordinates(points, rounding)
+    if path.suffix == ".tsp":
         instances = {"coords": unit[None]}
     else:
         missing = [key.upper() for key in ("capacity", "depot", "demand") if key not in raw]
@@ -288,15 +327,37 @@ def load_routing_file(path: Path, problem: str) -> Dataset:
             raise DataError(f"{path}: exactly one depot, the first node, is supported")
         if len(demand) != len(points):
             raise DataError(f"{path}: DEMAND_SECTION has {len(demand)} entries for {len(points)} nodes")
+        if not np.isfinite(capacity) or capacity <= 0:
+            raise DataError(f"{path}: CAPACITY must be positive, got {raw['capacity']}")
         instances = {"depot": unit[:1], "coords": unit[None, 1:], "demand": demand[None, 1:] / capacity}
+        if problem == "mtvrp":
+            instances = vrp_attributes(instances)
     try:
-        instances = check_instances(problem, instances)
+        instances = check_vrp_instances(instances) if problem == "mtvrp" else check_instances(problem, instances)
     except ValueError as exc:
         raise DataError(f"{path}: {exc}") from exc
     name = str(raw.get("name", path.stem))
     return Dataset(
-        problem, instances, [name], np.array([file_reference(path, problem, points)]), [points], rounding="nearest"
+        problem, instances, [name], np.array([file_reference(path, problem, points, rounding)]), [points], rounding
     )
+
+
+def vrp_attributes(cvrp: dict) -> dict:
+    """A CVRP instance (``depot`` [1, 2], ``coords`` [1, n, 2], ``demand`` [1, n]) as the multi-task
+    VRP's cvrp variant: no backhauls, windows [0, inf], no service, no length limit, closed routes."""
+    n = cvrp["coords"].shape[1]
+    windows = np.zeros((1, n + 1, 2))
+    windows[..., 1] = np.inf
+    return {
+        "depot": cvrp["depot"],
+        "coords": cvrp["coords"],
+        "demand_linehaul": cvrp["demand"],
+        "demand_backhaul": np.zeros((1, n)),
+        "time_windows": windows,
+        "service_time": np.zeros((1, n + 1)),
+        "distance_limit": np.array([np.inf]),
+        "open_route": np.array([False]),
+    }
 
 
 def load_solomon(path: Path) -> Dataset:
@@ -344,9 +405,9 @@ def load_solomon(path: Path) -> Dataset:
     return Dataset("mtvrp", instances, [name], np.array([reference]), [points], rounding="tenth-down")
 
 
-def file_reference(path: Path, problem: str, points: np.ndarray) -> float:
-    """The optimal / best-known length from a ``.sol`` (CVRPLIB) or ``.opt.tour`` (TSPLIB) file beside
-    the instance, NaN if there is none."""
+def file_reference(path: Path, problem: str, points: np.ndarray, rounding: str = "nearest") -> float:
+    """The optimal / best-known length from a ``.sol`` (CVRPLIB) or ``.opt.tour`` (TSPLIB, measured
+    by the instance's ``rounding``) file beside the instance, NaN if there is none."""
     if problem in ("cvrp", "mtvrp") and path.with_suffix(".sol").exists():
         import vrplib
 
@@ -355,17 +416,32 @@ def file_reference(path: Path, problem: str, points: np.ndarray) -> float:
     if problem == "tsp" and tour_file.exists():
         lines = tour_file.read_text().split("TOUR_SECTION", 1)[-1].split()
         tour = [int(x) - 1 for x in lines if x.lstrip("-").isdigit() and int(x) > 0]
-        return tour_length(points, tour, closed=True, rounding="nearest")
+        return tour_length(points, tour, closed=True, rounding=rounding)
     return float("nan")
 
 
 def load_folder(folder: Path, problem: str) -> list[Dataset]:
-    suffix = {kind: suffix for suffix, kind in FILE_SUFFIXES.items()}[problem]
-    files = sorted(folder.glob(f"*{suffix}"))
+    """Every instance file of the model's kind in ``folder`` (.tsp; .vrp; Solomon .txt and .vrp for
+    VRP models). A file that cannot be read is skipped with a line naming it and why, and the rest
+    are evaluated; a folder in which no file can be read is an error."""
+    suffixes = {"tsp": (".tsp",), "cvrp": (".vrp",), "mtvrp": (".txt", ".vrp")}[problem]
+    files = sorted(f for f in folder.iterdir() if f.suffix in suffixes and f.is_file())
     if not files:
-        kind = {"tsp": "TSP", "cvrp": "CVRP", "mtvrp": "VRP (Solomon)"}[problem]
-        raise DataError(f"{folder}: no {suffix} files for a {kind} model")
-    return group_by_size([load_routing_file(f, problem) for f in files])
+        kind = {"tsp": "TSP", "cvrp": "CVRP", "mtvrp": "VRP (Solomon or CVRPLIB)"}[problem]
+        raise DataError(f"{folder}: no {' / '.join(suffixes)} files for a {kind} model")
+    datasets, skipped = [], []
+    for f in files:
+        try:
+            datasets.append(load_routing_file(f, problem))
+        except DataError as exc:
+            skipped.append(str(exc))
+    if not datasets:
+        raise DataError(f"{folder}: none of its {len(files)} files could be read; the first: {skipped[0]}")
+    for line in skipped:
+        print(f"skipped {line}", flush=True)
+    if skipped:
+        print(f"skipped {len(skipped)} of {len(files)} files in {folder}", flush=True)
+    return group_by_size(datasets)
 
 
 def group_by_size(datasets: list[Dataset]) -> list[Dataset]:
@@ -405,6 +481,16 @@ def take_first(groups: list[Dataset], count: int) -> list[Dataset]:
     return taken
 
 
+def check_references(what: str, problem: str, references: np.ndarray) -> None:
+    """Reference costs must be finite where known (NaN: unknown) and have the sign of the problem's
+    costs: positive lengths, negative for orienteering (minus the prize)."""
+    known = references[~np.isnan(references)]
+    bad = ~np.isfinite(known) | ((known >= 0) if problem == "op" else (known <= 0))
+    if bad.any():
+        sign = "negative (minus the collected prize)" if problem == "op" else "positive"
+        raise DataError(f"{what}: references must be finite and {sign}; found {known[bad][0]:g}")
+
+
 def apply_references(groups: list[Dataset], path: Path) -> None:
     """Fills references from an .npy of lengths (in instance order) or a CSV whose first column is
     the instance name and whose value column is the one headed distance / cost / value / length /
@@ -412,13 +498,17 @@ def apply_references(groups: list[Dataset], path: Path) -> None:
     if not path.is_file():
         raise DataError(f"--references {path}: no such file")
     if path.suffix == ".npy":
-        values = np.load(path, allow_pickle=False).astype(np.float64)
+        try:
+            values = np.load(path, allow_pickle=False).astype(np.float64)
+        except (ValueError, OSError, EOFError) as exc:
+            raise DataError(f"--references {path}: not an .npy array of lengths ({exc})") from exc
         total = sum(len(g.names) for g in groups)
         if values.ndim != 1 or len(values) < total:
             raise DataError(f"--references {path}: needs at least {total} lengths, has {values.shape}")
         offset = 0
         for g in groups:
             g.references = values[offset : offset + len(g.names)].copy()
+            check_references(f"--references {path}", g.problem, g.references)
             offset += len(g.names)
         return
     try:
@@ -437,6 +527,7 @@ def apply_references(groups: list[Dataset], path: Path) -> None:
             if name in table:
                 g.references[i] = table[name]
                 matched += 1
+        check_references(f"--references {path}", g.problem, g.references)
     if not matched:
         names = [n for g in groups for n in g.names][:3]
         raise DataError(

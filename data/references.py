@@ -21,7 +21,7 @@ import os
 import numpy as np
 from ppoor.data.datasets import Dataset, load_data
 from ppoor.envs.instances import KOOL_SEEDS
-from ppoor.search.solutions import depot_points, vrp_cost
+from ppoor.search.solutions import INTEGER_ROUNDINGS, depot_points, vrp_cost
 
 UNIT_SCALE = 10_000
 SOLVERS = {"lkh": ("tsp",), "pyvrp": ("cvrp", "mtvrp", "mrcvrp", "pcvrp", "mdvrp"), "ortools": ("pdp", "op", "pctsp")}
@@ -52,7 +52,9 @@ def scaled_distances(points: np.ndarray) -> np.ndarray:
 
 def integer_distances(dataset: Dataset, index: int) -> np.ndarray:
     dist = dataset.distance_matrix(index)
-    return dist.astype(np.int64) if dataset.rounding == "nearest" else np.rint(dist * UNIT_SCALE).astype(np.int64)
+    return (
+        dist.astype(np.int64) if dataset.rounding in INTEGER_ROUNDINGS else np.rint(dist * UNIT_SCALE).astype(np.int64)
+    )
 
 
 def solve_reference(dataset: Dataset, index: int, solver: str, seconds: float) -> float:

@@ -79,22 +79,23 @@ def kool_dataset(problem: str, num_nodes: int, split: str = "test", num_instance
     """The standard data sets of Kool et al. (2019), regenerated bit-exactly from their recipe.
 
     ``split`` is ``"test"`` (seed 1234) or ``"val"`` (seed 4321); each set has 10,000 instances,
-    of which the first ``num_instances`` are returned. A CVRP instance depends on the whole set
-    (all depots are drawn first), so the whole set is drawn and then sliced.
+    of which the first ``num_instances`` are returned. Only those are kept: the stream is drawn in
+    instance order (TSP: the first K instances are its first K x n x 2 values; CVRP: all depots, then
+    all coordinates, then all demands, so the coordinates of the other instances are drawn in chunks
+    and dropped).
     """
     check_problem(problem)
     count = standard_count(split, num_instances, KOOL_SET_SIZE)
     rs = np.random.RandomState(KOOL_SEEDS[split])
     if problem == "tsp":
-        return {"coords": rs.uniform(size=(KOOL_SET_SIZE, num_nodes, 2))[:count]}
+        return {"coords": rs.uniform(size=(count, num_nodes, 2))}
     depot = rs.uniform(size=(KOOL_SET_SIZE, 2))
-    coords = rs.uniform(size=(KOOL_SET_SIZE, num_nodes, 2))
+    coords = rs.uniform(size=(count, num_nodes, 2))
+    chunk = max(1, (1 << 22) // (2 * num_nodes))  # 32 MB of float64 at a time
+    for start in range(count, KOOL_SET_SIZE, chunk):
+        rs.uniform(size=(min(chunk, KOOL_SET_SIZE - start), num_nodes, 2))
     demand = rs.randint(1, 10, size=(KOOL_SET_SIZE, num_nodes))
-    return {
-        "depot": depot[:count],
-        "coords": coords[:count],
-        "demand": demand[:count] / cvrp_capacity(num_nodes),
-    }
+    return {"depot": depot[:count], "coords": coords, "demand": demand[:count] / cvrp_capacity(num_nodes)}
 
 
 def check_problem(problem: str) -> None:

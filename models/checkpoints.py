@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from importlib import resources
 from pathlib import Path
 
 import torch
@@ -64,10 +65,41 @@ def convert_rlor_state_dict(state_dict: dict) -> dict:
     return converted
 
 
+def shipped_checkpoint(name: str | os.PathLike) -> Path | None:
+    """A checkpoint shipped with ppo-or (``checkpoints/`` of a checkout, ``ppoor/checkpoints`` of an
+    install, read through importlib.resources) named by its path inside that folder, with or without
+    ``checkpoints/`` and ``.pt``: ``tsp20``, ``families/op20.pt``, ``checkpoints/mtvrp20.pt``. None
+    when there is no such file."""
+    rel = str(name).replace("\\", "/").removeprefix("./").removeprefix("checkpoints/")
+    rel = rel if rel.endswith(".pt") else f"{rel}.pt"
+    if not rel or any(part in ("", ".", "..") for part in rel.split("/")):
+        return None
+    candidate = resources.files("ppoor.checkpoints")
+    for part in rel.split("/"):  # one part at a time: a namespace package's path takes one
+        candidate = candidate.joinpath(part)
+    return Path(str(candidate)) if candidate.is_file() else None
+
+
+def shipped_names() -> list[str]:
+    """The names of the shipped checkpoints (``tsp20``, ``families/op20``, ...)."""
+
+    def walk(folder, prefix: str):
+        for child in folder.iterdir():
+            if child.is_dir():
+                yield from walk(child, f"{prefix}{child.name}/")
+            elif child.name.endswith(".pt"):
+                yield prefix + child.name[: -len(".pt")]
+
+    return sorted(walk(resources.files("ppoor.checkpoints"), ""))
+
+
 def latest_checkpoint(path: str | os.PathLike) -> Path:
     """``path`` itself if it is a file; for a run folder (or its ckpt/ folder) the checkpoint of the
-    highest iteration in it."""
+    highest iteration in it; a name that is no path but a shipped checkpoint's (``shipped_checkpoint``)
+    that checkpoint."""
     path = Path(path)
+    if not path.exists() and (shipped := shipped_checkpoint(path)):
+        return shipped
     if not path.is_dir():
         return path
     folder = path / "ckpt" if (path / "ckpt").is_dir() else path
@@ -81,7 +113,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     """Reads a checkpoint of either kind into our format (``model`` holds our keys)."""
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
+        raise CheckpointError(f"checkpoint {path} does not exist (the shipped ones: {', '.join(shipped_names())})")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for corrupt or foreign files
@@ -115,6 +147,8 @@ def load_agent(
     ``problem``, when given, must match the checkpoint's problem.
     """
     ckpt = read_checkpoint(path)
+    if ckpt["problem"] == "rail":
+        raise CheckpointError(f"checkpoint {path} is a railway (Flatland) policy: evaluate it with eval_flatland.py")
     if problem is not None and ckpt["problem"] != problem:
         raise CheckpointError(
             f"checkpoint {path} is a {ckpt['problem'].upper()} model, but a {problem.upper()} model was asked for"

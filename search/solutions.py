@@ -12,31 +12,69 @@ class InvalidTourError(ValueError):
     """A decoded tour that is not a feasible solution."""
 
 
-ROUNDINGS = ("exact", "nearest", "tenth-down")
-"""How an edge's length is reported: exact Euclidean; rounded to the nearest integer (TSPLIB's
-EUC_2D rule, TSPLIB and CVRPLIB); truncated to one decimal (the DIMACS / CVRPLIB rule of the Solomon
-best-known solutions)."""
+ROUNDINGS = ("exact", "nearest", "ceil", "att", "geo", "tenth-down")
+"""How an edge's length is reported: exact Euclidean; TSPLIB's distance functions of its symmetric
+instances (EUC_2D: the Euclidean distance rounded to the nearest integer, also CVRPLIB's; CEIL_2D:
+rounded up; ATT: the pseudo-Euclidean distance; GEO: the distance on the earth of coordinates in
+degrees.minutes); truncated to one decimal (the DIMACS / CVRPLIB rule of the Solomon best-known
+solutions)."""
+INTEGER_ROUNDINGS = ("nearest", "ceil", "att", "geo")
+EDGE_WEIGHT_TYPES = {"EUC_2D": "nearest", "CEIL_2D": "ceil", "ATT": "att", "GEO": "geo"}
+"""TSPLIB's EDGE_WEIGHT_TYPE of coordinate instances -> the rounding that computes it."""
+GEO_PI, GEO_RADIUS = 3.141592, 6378.388  # TSPLIB's constants for GEO
 
 
 def round_lengths(lengths: np.ndarray, rounding: str) -> np.ndarray:
+    """Euclidean ``lengths`` rounded by a Euclidean rule (exact, nearest, ceil, tenth-down)."""
     if rounding == "nearest":
-        return np.rint(lengths)
+        return np.floor(lengths + 0.5)  # TSPLIB's nint
+    if rounding == "ceil":
+        return np.ceil(lengths)
     if rounding == "tenth-down":
         return np.floor(10 * lengths + 1e-9) / 10
     return lengths
 
 
+def geo_radians(points: np.ndarray) -> np.ndarray:
+    """TSPLIB's GEO coordinates (degrees.minutes: 16.47 is 16 degrees 47 minutes) [..., 2] in radians."""
+    degrees = np.trunc(points)
+    return GEO_PI * (degrees + 5.0 * (points - degrees) / 3.0) / 180.0
+
+
+def edge_lengths(start: np.ndarray, end: np.ndarray, rounding: str = "exact") -> np.ndarray:
+    """Lengths of the edges from ``start`` [..., 2] to ``end`` [..., 2] (broadcast) by ``rounding``
+    (``ROUNDINGS``), as TSPLIB's distance functions define them for ATT and GEO."""
+    if rounding == "geo":
+        (lat_a, lon_a), (lat_b, lon_b) = np.moveaxis(geo_radians(start), -1, 0), np.moveaxis(geo_radians(end), -1, 0)
+        q1, q2, q3 = np.cos(lon_a - lon_b), np.cos(lat_a - lat_b), np.cos(lat_a + lat_b)
+        return np.floor(GEO_RADIUS * np.arccos(np.clip(0.5 * ((1 + q1) * q2 - (1 - q1) * q3), -1, 1)) + 1.0)
+    squared = ((end - start) ** 2).sum(-1)
+    if rounding == "att":
+        r = np.sqrt(squared / 10.0)
+        t = np.floor(r + 0.5)
+        return np.where(t < r, t + 1, t)
+    return round_lengths(np.sqrt(squared), rounding)
+
+
+def distance_matrix(points: np.ndarray, rounding: str = "exact") -> np.ndarray:
+    """Distances [A, A] between ``points`` [A, 2] by ``rounding``; 0 on the diagonal (GEO's formula
+    gives 1 there)."""
+    dist = edge_lengths(points[:, None], points[None], rounding)
+    np.fill_diagonal(dist, 0.0)
+    return dist
+
+
 def tour_length(
     points: np.ndarray, tour: np.ndarray, closed: bool, rounding: str = "exact", free_returns: bool = False
 ) -> float:
-    """Euclidean length of visiting ``points`` [A, 2] in the order ``tour``; ``closed`` adds the
-    return from the last node to the first; ``rounding`` (``ROUNDINGS``) rounds each edge;
+    """Length of visiting ``points`` [A, 2] in the order ``tour``; ``closed`` adds the return from
+    the last node to the first; ``rounding`` (``ROUNDINGS``) is each edge's distance function;
     ``free_returns``: edges into node 0 (the depot of an open-route VRP) cost nothing."""
     tour = np.asarray(tour)
     path = points[tour]
     if closed:
         path = np.concatenate([path, path[:1]])
-    edges = round_lengths(np.sqrt(((path[1:] - path[:-1]) ** 2).sum(-1)), rounding)
+    edges = edge_lengths(path[:-1], path[1:], rounding)
     if free_returns:
         edges = np.where(tour[1:] == 0, 0.0, edges)
     return float(edges.sum())
