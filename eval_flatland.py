@@ -24,7 +24,6 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -33,6 +32,7 @@ from ppoor.envs.rail import RailDecisionEnv
 from ppoor.models import keep_freed_memory, latest_checkpoint
 from ppoor.models.checkpoints import CheckpointError
 from ppoor.models.rail import load_rail_policy, load_release_classifier
+from ppoor.models.runs import MAX_SEED, MAX_THREADS, check_numbers, fail
 from ppoor.search.rail import (
     learned_release,
     play,
@@ -44,7 +44,7 @@ from ppoor.search.rail import (
 
 METRICS = ("arrival_rate", "deadlock_rate", "score", "seconds_per_step")
 ABLATION = "shortest_path_safety"  # the safety layer with shortest-path choices, no learned policy
-SHIPPED = Path(__file__).resolve().parent / "checkpoints" / "flatland" / "flatland35.pt"
+SHIPPED = "flatland/flatland35"  # found by models.checkpoints.shipped_checkpoint, in a checkout or installed
 
 
 @dataclass
@@ -68,7 +68,8 @@ class Args:
     output: str | None = None
     """write the results as JSON to this file"""
     render: str | None = None
-    """write a picture of the policy's first episode of the first size (its final state) to this .png file"""
+    """draw the policy's first episode of the first size (every train's path, start, target and end) into this
+    .png file"""
     threads: int = 1
     """torch CPU threads"""
 
@@ -81,51 +82,76 @@ def parse_size(text: str) -> tuple[int, int, int]:
     return width, height, trains
 
 
+LIMITS = {
+    "episodes": (1, 100_000),
+    "seed": (0, MAX_SEED),
+    "max_active": (1, 10_000),
+    "threshold": (0.0, 1.0),
+    "threads": (1, MAX_THREADS),
+}
+"""The closed range of every numeric argument (``models.runs.check_numbers``)."""
+
+
 def check_args(args: Args) -> list[tuple[int, int, int]]:
-    """Fails early, in one line: bad sizes, episodes, output or render paths."""
-    if args.episodes < 1:
-        sys.exit(f"error: --episodes must be at least 1, got {args.episodes}")
+    """Fails early, in one line: numbers out of range, bad sizes, output or render paths."""
+    fail(check_numbers(args, LIMITS))
     sizes = [parse_size(size) for size in args.sizes]
     for width, height, trains in sizes:
         try:
             RailDecisionEnv(width, height, trains)
         except ValueError as exc:
             sys.exit(f"error: --sizes {width}x{height}x{trains}: {exc}")
-    for name, path, suffix in (("--output", args.output, None), ("--render", args.render, ".png")):
+    for name, path, suffix in (("--output", args.output, ".json"), ("--render", args.render, ".png")):
         if path is None:
             continue
         folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            sys.exit(f"error: {name} {path} is a folder; name a {suffix} file in it")
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
             sys.exit(f"error: {name} {path}: the folder {folder} does not exist or is not writable")
-        if suffix and not path.endswith(suffix):
+        if not path.endswith(suffix):
             sys.exit(f"error: {name} {path}: give a {suffix} file")
     return sizes
 
 
-def render_episode(path: str, env: RailDecisionEnv) -> None:
-    """The map and the trains of ``env`` (after its episode): rails grey, trains on the map as arrows
-    (red if deadlocked), their targets as crosses."""
+def render_episode(path: str, env: RailDecisionEnv, label: str) -> None:
+    """The whole episode of ``env`` (played with ``record=True``): rails grey; each train's path in
+    its own colour, from its start (a circle) to where it ended (an arrow: black edge when it
+    arrived, red when deadlocked, none when it was still running at the time limit); each target as a
+    large cross of the train's colour outlined in black. The title names ``label`` (the rule and
+    checkpoint) and the outcome."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    grid = env.env.rail.grid
-    fig, ax = plt.subplots(figsize=(6, 6))
-    ax.imshow(grid > 0, cmap="Greys", vmin=0, vmax=2.5, origin="upper")
-    colors = plt.cm.tab20(np.linspace(0, 1, max(env.trains, 2)))
+    fig, ax = plt.subplots(figsize=(7.5, 7.5))
+    ax.imshow(env.env.rail.grid > 0, cmap="Greys", vmin=0, vmax=4, origin="upper")
+    palette = plt.get_cmap("tab10" if env.trains <= 10 else "tab20")
+    colors = [palette(k % palette.N) for k in range(env.trains)]
     arrows = {0: (0, -0.4), 1: (0.4, 0), 2: (0, 0.4), 3: (-0.4, 0)}
     for agent in env.env.agents:
-        color = colors[agent.handle % len(colors)]
+        h, color = agent.handle, colors[agent.handle % len(colors)]
+        cells = np.array([step[h] for step in env.paths or [] if step[h] is not None], dtype=float).reshape(-1, 2)
+        if len(cells):
+            jitter = (h % 5 - 2) * 0.06  # trains sharing a track stay apart
+            ax.plot(cells[:, 1] + jitter, cells[:, 0] + jitter, "-", color=color, lw=1.6, alpha=0.85)
+            ax.plot(cells[0, 1], cells[0, 0], "o", color=color, markersize=6, mec="black", mew=0.5)
         for (row, col), _ in agent.targets:
-            ax.plot(col, row, "x", color=color, markersize=8)
-        if agent.current_configuration is not None:
+            ax.plot(col, row, "X", color=color, markersize=13, mec="black", mew=1.0, zorder=5)
+        if agent.current_configuration is not None and agent.current_configuration[0] is not None:
             (row, col), heading = agent.current_configuration
             dx, dy = arrows[heading]
-            edge = "red" if env.deadlocked[agent.handle] else "black"
-            ax.arrow(col - dx / 2, row - dy / 2, dx, dy, width=0.25, color=color, ec=edge)
+            edge = "red" if env.deadlocked[h] else "black"
+            ax.arrow(col - dx / 2, row - dy / 2, dx, dy, width=0.3, color=color, ec=edge, zorder=6)
+    ax.plot([], [], "o", color="grey", mec="black", label="start")
+    ax.plot([], [], "X", color="grey", mec="black", markersize=10, label="target")
+    ax.plot([], [], "-", color="grey", label="path")
+    ax.legend(loc="upper right", fontsize=8, framealpha=0.8)
     ax.set_title(
-        f"{env.width}x{env.height}, {env.trains} trains: {env.arrived.sum()} arrived, {env.deadlocked.sum()} deadlocked"
+        f"{label}\n{env.width}x{env.height}, {env.trains} trains, {env.simulator_steps} steps: "
+        f"{env.arrived.sum()} arrived, {env.deadlocked.sum()} deadlocked",
+        fontsize=10,
     )
     ax.set_xticks([])
     ax.set_yticks([])
@@ -172,14 +198,16 @@ def main(args: Args) -> None:
             rules[ABLATION] = (shortest_path_rule, max_active, None, True)
         row = {"width": width, "height": height, "trains": trains, "episodes": args.episodes}
         for name, (rule, active, release, guarded) in rules.items():
+            drawn = name == "policy" and args.render and not results  # the first size's first map
             env = RailDecisionEnv(
-                width, height, trains, max_active=min(active, trains) if active else None, safety=guarded
+                width, height, trains, max_active=min(active, trains) if active else None, safety=guarded, record=drawn
             )
             played = []
             for k in range(args.episodes):
                 played.append(play(env, args.seed + k, rule, depth, radius, release_rule=release))
-                if k == 0 and name == "policy" and args.render and not results:
-                    render_episode(args.render, env)  # the first map, as its episode ended
+                if k == 0 and drawn:
+                    render_episode(args.render, env, f"policy {checkpoint.name}, map seed {args.seed}")
+                    env.record = False
             row[name] = {metric: float(np.mean([p[metric] for p in played])) for metric in METRICS}
         dla = [play_deadlock_avoidance(width, height, trains, args.seed + k) for k in range(args.episodes)]
         if dla[0] is not None:  # flatland-baselines installed
@@ -209,5 +237,10 @@ def main(args: Args) -> None:
         print(f"wrote {args.render}")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The ``ppo-or-flatland-eval`` console command."""
     main(tyro.cli(Args))
+
+
+if __name__ == "__main__":
+    cli()

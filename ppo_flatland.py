@@ -27,7 +27,7 @@ step, so the messages are recomputed with gradients) into minibatches.
 """
 
 import copy
-import json
+import math
 import os
 import random
 import sys
@@ -41,6 +41,19 @@ from ppoor.envs.rail import STOP, RailDecisionEnv
 from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
 from ppoor.models import StopRequest, keep_freed_memory, read_checkpoint, save_checkpoint
 from ppoor.models.rail import POLICY_INPUTS, RailPolicy, ReleaseClassifier, mask_logits
+from ppoor.models.runs import (
+    MAX_SECONDS,
+    MAX_SEED,
+    MAX_THREADS,
+    check_numbers,
+    exp_name_problem,
+    fail,
+    log_hyperparameters,
+    new_run_dir,
+    start_wandb,
+    wandb_problem,
+)
+from ppoor.models.runs import progress as progress_text
 from ppoor.search.rail import play, policy_rule, shortest_path_rule, waiting_features
 from torch.utils.tensorboard import SummaryWriter
 
@@ -146,22 +159,49 @@ class Args:
     """a checkpoint of this script to continue from (its arguments are kept)"""
 
 
+LIMITS = {
+    "seed": (0, MAX_SEED),
+    "threads": (0, MAX_THREADS),
+    "width": (20, 1_000),
+    "height": (20, 1_000),
+    "trains": (1, 10_000),
+    "cities": (2, 1_000),
+    "max_active": (1, 10_000),
+    "tree_depth": (1, 6),
+    "comm_radius": (0, 10_000),
+    "total_timesteps": (1, math.inf),
+    "total_seconds": (1.0, MAX_SECONDS),
+    "num_envs": (1, 1_000),
+    "learning_rate": (1e-10, 10.0),
+    "gamma": (0.0, 1.0),
+    "gae_lambda": (0.0, 1.0),
+    "num_minibatches": (1, math.inf),
+    "update_epochs": (1, math.inf),
+    "clip_coef": (1e-6, 10.0),
+    "ent_coef": (0.0, 10.0),
+    "vf_coef": (0.0, 100.0),
+    "max_grad_norm": (1e-6, 1e6),
+    "target_kl": (0.0, 100.0),
+    "hidden": (1, 4096),
+    "eval_interval": (0, math.inf),
+    "eval_episodes": (0, 100_000),
+    "imitation_episodes": (0, 100_000),
+    "imitation_epochs": (1, 100_000),
+    "imitation_learning_rate": (1e-10, 10.0),
+    "release_episodes": (0, 100_000),
+    "checkpoint_interval": (0, math.inf),
+}
+"""The closed range of every numeric argument (``models.runs.check_numbers``)."""
+
+
 def check_args(args: Args) -> None:
     """Fails early, in one line, on arguments that cannot work."""
-    problems = []
-    for name in ("trains", "num_envs", "num_minibatches", "update_epochs", "tree_depth", "max_active", "hidden"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.comm_radius < 0 or args.eval_interval < 0 or args.checkpoint_interval < 0:
-        problems.append("--comm-radius, --eval-interval and --checkpoint-interval must be >= 0")
-    if args.imitation_episodes < 0 or args.imitation_epochs < 1:
-        problems.append("--imitation-episodes must be >= 0 and --imitation-epochs >= 1")
+    problems = check_numbers(args, LIMITS)
+    if problem := exp_name_problem(args.exp_name):
+        problems.append(problem)
     if args.imitation_episodes and not args.safety:
         problems.append("--imitation-episodes imitates the safety layer's rule: drop --no-safety")
-    if args.learning_rate <= 0 or args.imitation_learning_rate <= 0:
-        problems.append("--learning-rate and --imitation-learning-rate must be positive")
-    if problems:
-        sys.exit("error: " + "; ".join(problems))
+    fail(problems)
     try:
         make_env(args)
     except ValueError as exc:
@@ -252,13 +292,16 @@ def rollout(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
     return out
 
 
-def imitate(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args) -> dict:
+def imitate(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args, stop: StopRequest) -> dict:
     """Behaviour cloning before PPO: --imitation-episodes episodes of the safety layer's shortest-path
     rule (``search.rail.shortest_path_rule``); the actor is fitted to its actions (cross-entropy over
     the allowed actions of the deciding trains) and the critic to the discounted returns of each
-    train's decisions, --imitation-epochs passes. Returns the fitted figures."""
+    train's decisions, --imitation-epochs passes (fewer when ``stop`` is requested). Returns the fitted
+    figures."""
     rows = []
     for _ in range(-(-args.imitation_episodes // len(envs))):
+        if stop.requested and rows:
+            break
         roll = rollout(policy, envs, rng, args, teacher=shortest_path_rule)
         returns = train_advantages(
             np.stack(roll["rewards"]), np.zeros_like(np.stack(roll["rewards"])), np.stack(roll["deciding"]),
@@ -273,6 +316,8 @@ def imitate(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.imitation_learning_rate)
     size = max(1, len(target) // args.num_minibatches)
     for _ in range(args.imitation_epochs):
+        if stop.requested:
+            break
         for idx in torch.randperm(len(target)).split(size):
             logits, value = policy(*(data[key][idx] for key in POLICY_INPUTS))
             count = deciding[idx].sum().clamp(min=1)
@@ -308,14 +353,17 @@ def exploring_release(rng: np.random.Generator, epsilon: float, depth: int, reco
 
 
 def train_release_classifier(
-    policy: RailPolicy, args: Args, rng: np.random.Generator
-) -> tuple[ReleaseClassifier, dict]:
+    policy: RailPolicy, args: Args, rng: np.random.Generator, stop: StopRequest
+) -> tuple[ReleaseClassifier, dict] | None:
     """Release data from the trained greedy policy with the training heuristic and random early
     releases (--release-episodes maps), each release labelled by whether that train arrived; a
-    classifier fitted to it (binary cross-entropy). Returns it and its training figures."""
+    classifier fitted to it (binary cross-entropy). Returns it and its training figures; None when
+    ``stop`` was requested before any release was recorded."""
     env = make_env(args)
     edges, globs, labels = [], [], []
     for _ in range(args.release_episodes):
+        if stop.requested:
+            break
         record = []
         rule = exploring_release(rng, 0.05, args.tree_depth, record)
         play(env, int(rng.integers(2**31)), policy_rule(policy), args.tree_depth, args.comm_radius, release_rule=rule)
@@ -323,6 +371,8 @@ def train_release_classifier(
             edges.append(e)
             globs.append(g)
             labels.extend(env.arrived[h] for h in handles)
+    if not labels:
+        return None
     x_edges, x_globs = torch.as_tensor(np.concatenate(edges)), torch.as_tensor(np.concatenate(globs))
     y = torch.as_tensor(np.array(labels, dtype=np.float32))
     classifier = ReleaseClassifier(edge_slots(args.tree_depth), len(EDGE_FEATURES), len(GLOBAL_FEATURES))
@@ -342,13 +392,15 @@ def train_release_classifier(
     }
 
 
-def evaluate(policy: RailPolicy, args: Args) -> dict:
-    """The greedy policy on the validation maps: mean arrival and deadlock rate and score."""
+def evaluate(policy: RailPolicy, args: Args, stop: StopRequest) -> dict:
+    """The greedy policy on the validation maps: mean arrival and deadlock rate and score (over the maps
+    played before ``stop`` was requested, at least one)."""
     env = make_env(args)
-    results = [
-        play(env, VAL_SEED + k, policy_rule(policy), args.tree_depth, args.comm_radius)
-        for k in range(args.eval_episodes)
-    ]
+    results = []
+    for k in range(args.eval_episodes):
+        if stop.requested and results:
+            break
+        results.append(play(env, VAL_SEED + k, policy_rule(policy), args.tree_depth, args.comm_radius))
     return {key: float(np.mean([r[key] for r in results])) for key in ("arrival_rate", "deadlock_rate", "score")}
 
 
@@ -365,12 +417,8 @@ def main(args: Args) -> None:
             sys.exit(f"error: --resume: {args.resume} is not a ppo_flatland.py training checkpoint")
         args = Args(**{"safety": False, **ckpt["args"], "resume": args.resume})  # older runs had no safety layer
     check_args(args)
-    run_name = (
-        ckpt["run_name"]
-        if ckpt
-        else f"flatland-{args.width}x{args.height}-{args.trains}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    )
-    run_dir = os.path.join("runs", run_name)
+    if args.track and (problem := wandb_problem()):
+        sys.exit(f"error: --track: {problem}")
 
     # seeding
     random.seed(args.seed)
@@ -406,23 +454,17 @@ def main(args: Args) -> None:
         torch.set_rng_state(ckpt["rng"]["torch"])
         rng.bit_generator.state = ckpt["rng"]["numpy"]
 
+    # the run folder: a new one of its own (never shared with a run started in the same second)
+    if ckpt:
+        run_name = ckpt["run_name"]
+    else:
+        run_name = new_run_dir(f"flatland-{args.width}x{args.height}-{args.trains}__{args.exp_name}__{args.seed}")[0]
+    run_dir = os.path.join("runs", run_name)
     if args.track:
-        import wandb
-
-        try:
-            wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                       config=vars(args), name=run_name, id=run_name, resume="allow", save_code=True,
-                       settings=wandb.Settings(init_timeout=30))  # fmt: skip
-        except Exception as exc:  # wandb raises its own kinds for login, network and server errors
-            sys.exit(f"error: --track: wandb could not start ({exc}); log offline with WANDB_MODE=offline")
+        start_wandb(args, run_name)
     writer = SummaryWriter(run_dir, purge_step=global_step if ckpt else None)
     if not ckpt:
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n{}".format("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-        )
-        with open(os.path.join(run_dir, "args.json"), "w") as f:
-            json.dump(asdict(args), f, indent=2)
+        log_hyperparameters(writer, run_dir, args)
 
     def write_checkpoint() -> str:
         path = os.path.join(run_dir, "ckpt", f"{iteration}.pt")
@@ -460,20 +502,38 @@ def main(args: Args) -> None:
     )
     clock = time.time() - elapsed
     if args.imitation_episodes and not ckpt:
-        figures = imitate(policy, envs, rng, args)
+        figures = imitate(policy, envs, rng, args, stop)
         writer.add_scalar("charts/imitation_agreement", figures["agreement"], 0)
         print(
             f"imitation: {figures['decisions']:,} decisions of the shortest-path rule from {args.imitation_episodes} "
             f"episodes, greedy agreement {figures['agreement']:.3f}",
             flush=True,
         )
-        if args.eval_interval:
-            result = evaluate(policy, args)
+        if args.eval_interval and not stop.requested:
+            result = evaluate(policy, args, stop)
             best.update(arrival_rate=result["arrival_rate"], iteration=0, model=copy.deepcopy(policy.state_dict()))
             print(f"imitation: validation arrival rate {result['arrival_rate']:.3f}", flush=True)
-    while global_step < args.total_timesteps and not stop.requested:
-        if args.total_seconds is not None and elapsed >= args.total_seconds:
-            break
+    # --total-seconds bounds the whole run: the training stops early enough for the release data and the
+    # final evaluation, whose time is estimated from the rollouts' seconds per episode
+    first_iteration, first_step, seconds_per_episode = iteration, global_step, 0.0
+    final_episodes = args.release_episodes + args.eval_episodes
+
+    def out_of_time() -> bool:
+        reserve = seconds_per_episode * final_episodes
+        return args.total_seconds is not None and elapsed + reserve >= args.total_seconds
+
+    def progress() -> str:
+        """Iteration k of K (K from the decisions and seconds per iteration so far), elapsed time and ETA."""
+        done = iteration - first_iteration
+        seconds = (time.time() - start_time) / done
+        total = iteration + math.ceil(max(0, args.total_timesteps - global_step) / ((global_step - first_step) / done))
+        if args.total_seconds is not None:
+            left = args.total_seconds - elapsed - seconds_per_episode * final_episodes
+            total = min(total, iteration + math.ceil(max(0.0, left) / seconds))
+        return progress_text(iteration, total, elapsed, seconds * (total - iteration))
+
+    start_time = time.time()
+    while global_step < args.total_timesteps and not stop.requested and not out_of_time():
         iteration += 1
         if args.anneal_lr:
             done = global_step / args.total_timesteps
@@ -487,6 +547,7 @@ def main(args: Args) -> None:
         stored, actions, logprobs, values = roll["stored"], roll["actions"], roll["logprobs"], roll["values"]
         rewards, deciding, decisions = roll["rewards"], roll["deciding"], roll["decisions"]
         rollout_time = time.time() - rollout_start
+        seconds_per_episode = rollout_time / args.num_envs
         global_step += decisions
         episodes += args.num_envs
         scores = [env.score() for env in envs]
@@ -583,8 +644,8 @@ def main(args: Args) -> None:
             f"iteration={iteration} decisions={global_step} arrival={arrival:.3f} deadlock={deadlock:.3f} "
             f"score={np.mean(scores):.3f} rollout={rollout_time:.2f}s update={update_time:.2f}s"
         )
-        if args.eval_interval and iteration % args.eval_interval == 0:
-            result = evaluate(policy, args)
+        if args.eval_interval and iteration % args.eval_interval == 0 and not stop.requested:
+            result = evaluate(policy, args, stop)
             for name, value in result.items():
                 writer.add_scalar(f"eval/{name}", value, global_step)
             line += f" eval/arrival_rate={result['arrival_rate']:.3f} eval/deadlock_rate={result['deadlock_rate']:.3f}"
@@ -592,18 +653,23 @@ def main(args: Args) -> None:
                 best.update(
                     arrival_rate=result["arrival_rate"], iteration=iteration, model=copy.deepcopy(policy.state_dict())
                 )
-        print(line + f" {time.strftime('%H:%M:%S', time.gmtime(elapsed))} elapsed", flush=True)
+        print(line + progress(), flush=True)
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
             write_checkpoint()
 
-    if args.keep_best and best["model"] is not None and not stop.requested:
+    if stop.requested:
+        path = write_checkpoint()
+        print(f"stopped: checkpoint {path}; continue with --resume", flush=True)
+        writer.close()
+        sys.exit(130)
+    if args.keep_best and best["model"] is not None:
         policy.load_state_dict(best["model"])
         print(
             f"kept the policy of iteration {best['iteration']} (validation arrival rate {best['arrival_rate']:.3f})",
             flush=True,
         )
-    if args.release_episodes and not stop.requested:
-        classifier, figures = train_release_classifier(policy, args, rng)
+    if args.release_episodes and (trained := train_release_classifier(policy, args, rng, stop)):
+        classifier, figures = trained
         release = {"release_model": classifier.state_dict(), "release_config": classifier.shape}
         print(
             f"release classifier: {figures['samples']} releases from {args.release_episodes} episodes "
@@ -611,15 +677,22 @@ def main(args: Args) -> None:
             flush=True,
         )
     path = write_checkpoint()
-    result = evaluate(policy, args) if args.eval_episodes else {}
+    result = evaluate(policy, args, stop) if args.eval_episodes and not stop.requested else {}
     if result:
         print(
             f"final: greedy policy on {args.eval_episodes} validation maps: arrival rate {result['arrival_rate']:.3f}, "
             f"deadlock rate {result['deadlock_rate']:.3f}, score {result['score']:.3f}; checkpoint {path}",
             flush=True,
         )
+    else:
+        print(f"final checkpoint: {path}", flush=True)
     writer.close()
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The ``ppo-or-flatland`` console command."""
     main(tyro.cli(Args))
+
+
+if __name__ == "__main__":
+    cli()

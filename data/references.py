@@ -16,7 +16,9 @@ that a solution feasible for PyVRP is feasible for the real instance; it is chec
 
 from __future__ import annotations
 
+import argparse
 import os
+from importlib import resources
 
 import numpy as np
 from ppoor.data.datasets import Dataset, load_data
@@ -171,13 +173,33 @@ def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
     return tour
 
 
-def kool_references(problem: str, num_nodes: int, split: str, count: int, cache_dir: str) -> np.ndarray | None:
-    """LKH lengths [count] of the first ``count`` instances of a Kool et al. set (unit square), for
-    the gaps of the trainer's periodic evaluation. TSP only (a CVRP reference takes PyVRP seconds
-    per instance); computed once with elkai and cached as an .npy in ``cache_dir``. None (with a
-    note) where they cannot be had."""
-    if problem != "tsp":
+SHIPPED_SOLVERS = {"tsp": "lkh", "cvrp": "pyvrp0.5s"}
+"""The solver behind the shipped reference lengths of each problem's validation sets (see
+``data/reference_lengths/README.md``)."""
+
+
+def shipped_references(problem: str, num_nodes: int, split: str, count: int) -> np.ndarray | None:
+    """The first ``count`` reference lengths of a Kool et al. set shipped with ppo-or
+    (``data/reference_lengths``), None when none ships for it or it holds fewer."""
+    if problem not in SHIPPED_SOLVERS:
         return None
+    name = f"{problem}{num_nodes}_{split}_seed{KOOL_SEEDS[split]}_{SHIPPED_SOLVERS[problem]}.npy"
+    resource = resources.files("ppoor.data.reference_lengths").joinpath(name)
+    if not resource.is_file():
+        return None
+    with resource.open("rb") as f:
+        lengths = np.load(f, allow_pickle=False)
+    return lengths[:count] if len(lengths) >= count else None
+
+
+def kool_references(problem: str, num_nodes: int, split: str, count: int, cache_dir: str) -> np.ndarray | None:
+    """Reference lengths [count] of the first ``count`` instances of a Kool et al. set (unit square),
+    for the gaps of the trainer's periodic evaluation: the shipped ones (TSP 20 / 50 / 100 by LKH,
+    CVRP 20 / 50 by PyVRP, 1,000 validation instances each), else for TSP computed once with elkai
+    and cached as an .npy in ``cache_dir``. None (with a note) where they cannot be had."""
+    shipped = shipped_references(problem, num_nodes, split, count)
+    if shipped is not None or problem != "tsp":
+        return shipped
     path = os.path.join(cache_dir, f"tsp{num_nodes}_{split}_seed{KOOL_SEEDS[split]}_first{count}_lkh.npy")
     try:
         cached = np.load(path, allow_pickle=False)
@@ -191,14 +213,19 @@ def kool_references(problem: str, num_nodes: int, split: str, count: int, cache_
         print("note: no validation gaps (they need elkai for LKH references: pip install elkai)", flush=True)
         return None
     print(f"computing LKH references for {count} validation instances once (cached in {path})", flush=True)
-    (data,) = load_data(f"kool-{split}", "tsp", num_nodes, count)
-    lengths = np.array([solve_reference(data, i, "lkh", 0.0) for i in range(count)])
+    lengths = reference_lengths("tsp", num_nodes, split, count, "lkh", 0.0)
     os.makedirs(cache_dir, exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
         np.save(f, lengths)
     os.replace(tmp, path)
     return lengths
+
+
+def reference_lengths(problem: str, num_nodes: int, split: str, count: int, solver: str, seconds: float) -> np.ndarray:
+    """``solver``'s lengths [count] of the first ``count`` instances of a Kool et al. set."""
+    (data,) = load_data(f"kool-{split}", problem, num_nodes, count)
+    return np.array([solve_reference(data, i, solver, seconds) for i in range(count)])
 
 
 def pyvrp_family_tour(instance: dict, seconds: float) -> np.ndarray:
@@ -382,3 +409,17 @@ FAMILY_SOLVERS = {
     "mdvrp": pyvrp_mdvrp_tour,
 }
 """problem -> solver(instance arrays, seconds) -> tour (actions), for the further constraint families."""
+
+
+if __name__ == "__main__":  # how the shipped reference lengths were made (data/reference_lengths/README.md)
+    parser = argparse.ArgumentParser(description="reference lengths of a Kool et al. set, written as .npy")
+    parser.add_argument("--problem", choices=sorted(SHIPPED_SOLVERS), required=True)
+    parser.add_argument("--num-nodes", type=int, required=True)
+    parser.add_argument("--split", choices=sorted(KOOL_SEEDS), default="val")
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=0.5, help="PyVRP's time per instance")
+    parser.add_argument("--out", required=True, help="the .npy file to write")
+    cli = parser.parse_args()
+    solver = "lkh" if cli.problem == "tsp" else "pyvrp"
+    np.save(cli.out, reference_lengths(cli.problem, cli.num_nodes, cli.split, cli.count, solver, cli.seconds))
+    print(f"wrote {cli.out}")

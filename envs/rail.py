@@ -152,6 +152,12 @@ def deadlocked_trains(env) -> set[int]:
     return stuck
 
 
+def cell(agent) -> tuple[int, int] | None:
+    """A train's (row, col) on the map, None while it is off it."""
+    configuration = agent.current_configuration
+    return None if configuration is None else configuration[0]
+
+
 class RailDecisionEnv:
     """Flatland with decisions at switches, per-train episodes, shaped rewards and release scheduling.
 
@@ -171,12 +177,15 @@ class RailDecisionEnv:
         max_active: int | None = None,
         cities: int | None = None,
         safety: bool = False,
+        record: bool = False,
     ):
         if max_active is not None and max_active < 1:
             raise ValueError(f"max_active must be at least 1, got {max_active}")
         self.width, self.height, self.trains, self.cities = width, height, trains, cities
         self.max_active = max_active or trains
         self.safety = safety
+        self.record = record  # keep every train's cell after each simulator step in ``paths`` (for pictures)
+        self.paths = None
         check_map(width, height, trains, cities)  # fails early on impossible arguments
         self.env, self.release_rule = None, None
 
@@ -189,6 +198,7 @@ class RailDecisionEnv:
         from ppoor.envs.rail_safety import PathBook
 
         self.release_rule = release_rule
+        self.paths = [] if self.record else None  # per simulator step: each train's (row, col) or None
         self.env = rail_env(self.width, self.height, self.trains, seed, self.cities)
         self.distances = self.env.distance_map.get()  # [T, H, W, 4]
         self.ids = np.random.default_rng(seed).random(self.trains) if ids is None else np.asarray(ids, dtype=float)
@@ -331,6 +341,8 @@ class RailDecisionEnv:
         _, flatland_rewards, _, _ = self.env.step(actions)
         self.flatland_return += np.array([flatland_rewards[h] for h in range(self.trains)], dtype=np.float64)
         self.simulator_steps += 1
+        if self.paths is not None:
+            self.paths.append([cell(agent) for agent in self.env.agents])
         for agent in self.env.agents:
             h = agent.handle
             if not self.arrived[h] and agent.state == TrainState.DONE:
