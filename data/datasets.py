@@ -445,10 +445,11 @@ def load_folder(folder: Path, problem: str) -> list[Dataset]:
 
 
 def group_by_size(datasets: list[Dataset]) -> list[Dataset]:
-    """Merges single-instance datasets into one dataset per instance size (order kept within)."""
-    groups: dict[int, list[Dataset]] = {}
+    """Merges single-instance datasets into one dataset per instance size and distance function
+    (order kept within)."""
+    groups: dict[tuple[int, str], list[Dataset]] = {}
     for d in datasets:
-        groups.setdefault(d.num_nodes, []).append(d)
+        groups.setdefault((d.num_nodes, d.rounding), []).append(d)
     return [
         replace(
             members[0],

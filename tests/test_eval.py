@@ -194,7 +194,7 @@ def test_bad_inputs_fail_with_a_message(tmp_path, small_checkpoints):
     assert "--variant vrptw does not fit this TSP model" in fails("--checkpoint", tsp, "--variant", "vrptw")
     garbage = tmp_path / "garbage.npz"
     garbage.write_bytes(b"not a zip")
-    assert "not a readable .npz" in fails("--checkpoint", tsp, "--data", str(garbage))
+    assert "not an .npz archive" in fails("--checkpoint", tsp, "--data", str(garbage))
     assert "--augment must be between 1 and 8" in fails("--checkpoint", tsp, "--augment", "9")
 
 

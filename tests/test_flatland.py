@@ -74,7 +74,13 @@ def test_eval_writes_the_contract_json(tiny_run, tmp_path):
 @pytest.mark.parametrize(
     ("script", "args", "message"),
     [
-        ("ppo_flatland.py", ["--tree-depth", "0"], "--tree-depth must be at least 1"),
+        ("ppo_flatland.py", ["--tree-depth", "0"], "--tree-depth must be between 1 and 6, got 0"),
+        ("ppo_flatland.py", ["--total-seconds", "-5"], "--total-seconds must be a finite number of at least 1"),
+        ("eval_flatland.py", ["--threads", "0"], "--threads must be between 1 and 1024"),
+        ("eval_flatland.py", ["--seed", "-1"], "--seed must be between 0"),
+        ("eval_flatland.py", ["--max-active", "0"], "--max-active must be between 1"),
+        ("eval_flatland.py", ["--threshold", "7"], "--threshold must be between 0 and 1, got 7"),
+        ("eval_flatland.py", ["--output", "."], "is a folder; name a .json file"),
         ("ppo_flatland.py", ["--trains", "12", "--cities", "2"], "do not fit"),
         ("ppo_flatland.py", ["--width", "10"], "at least 20x20"),
         ("ppo_flatland.py", ["--resume", "missing.pt"], "does not exist"),
