@@ -392,13 +392,13 @@ def train_release_classifier(
     }
 
 
-def evaluate(policy: RailPolicy, args: Args, stop: StopRequest) -> dict:
+def evaluate(policy: RailPolicy, args: Args, stop: StopRequest | None = None) -> dict:
     """The greedy policy on the validation maps: mean arrival and deadlock rate and score (over the maps
     played before ``stop`` was requested, at least one)."""
     env = make_env(args)
     results = []
     for k in range(args.eval_episodes):
-        if stop.requested and results:
+        if stop is not None and stop.requested and results:
             break
         results.append(play(env, VAL_SEED + k, policy_rule(policy), args.tree_depth, args.comm_radius))
     return {key: float(np.mean([r[key] for r in results])) for key in ("arrival_rate", "deadlock_rate", "score")}

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "checkpoints" / "flatland" / "flatland35.pt"
 
 
-def run(script, *args, cwd, timeout=600):
+def run(script, *args, cwd, timeout=1800):
     return subprocess.run(
         [sys.executable, str(ROOT / script), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
     )
