@@ -32,13 +32,23 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from ppoor.envs.rail_safety import PathBook, clear_to_enter, safe_actions, shield
+from ppoor.envs.rail_track import (
+    ACTIONS,
+    DO_NOTHING,
+    LEFT,
+    MOVE_FORWARD,
+    RIGHT,
+    STOP,
+    STOP_MOVING,
+    branches,
+    deadlocked_trains,
+    decision_point,
+    occupancy,
+    simulator_action,
+)
 
-STOP, LEFT, RIGHT = 0, 1, 2
-ACTIONS = ("stop", "left branch", "right branch")
-# the simulator's actions (flatland.envs.rail_env_action.RailEnvActions)
-DO_NOTHING, MOVE_LEFT, MOVE_FORWARD, MOVE_RIGHT, STOP_MOVING = 0, 1, 2, 3, 4
-ROW_STEP = (-1, 0, 1, 0)
-COL_STEP = (0, 1, 0, -1)
+__all__ = ["ACTIONS", "LEFT", "RIGHT", "STOP", "RailDecisionEnv", "check_map", "deadlocked_trains", "rail_env"]
 DISTANCE_REWARD, DEADLOCK_PENALTY, ARRIVAL_REWARD = 0.01, -5.0, 10.0
 
 
@@ -85,73 +95,6 @@ def rail_env(width: int, height: int, trains: int, seed: int, cities: int | None
     return env
 
 
-def exits(env, position: tuple, direction: int) -> list[int]:
-    """The directions a train at ``position`` heading ``direction`` may leave the cell in."""
-    return [d for d, allowed in enumerate(env.rail.get_transitions((position, direction))) if allowed]
-
-
-def is_switch(env, position: tuple) -> bool:
-    """A cell where a train coming from some direction has more than one way to go on."""
-    return any(len(exits(env, position, d)) > 1 for d in range(4))
-
-
-def next_cell(position: tuple, direction: int) -> tuple:
-    return position[0] + ROW_STEP[direction], position[1] + COL_STEP[direction]
-
-
-def branches(env, position: tuple, direction: int) -> list[int]:
-    """Exit directions ordered from the leftmost turn to the rightmost (a U-turn at a dead end counts
-    as straight on)."""
-    turn = {3: 0, 0: 1, 2: 1, 1: 2}  # (exit - direction) % 4 -> left, straight, right
-    return sorted(exits(env, position, direction), key=lambda e: turn[(e - direction) % 4])
-
-
-def decision_point(env, position: tuple, direction: int) -> tuple[bool, bool]:
-    """(on a switch with a choice, on the cell before a switch) for a train at ``position`` heading
-    ``direction``: where a train decides."""
-    ways = exits(env, position, direction)
-    return len(ways) > 1, len(ways) == 1 and is_switch(env, next_cell(position, ways[0]))
-
-
-def simulator_action(direction: int, exit_direction: int) -> int:
-    """The simulator's action that leaves a cell entered heading ``direction`` by ``exit_direction``."""
-    return {3: MOVE_LEFT, 1: MOVE_RIGHT}.get((exit_direction - direction) % 4, MOVE_FORWARD)
-
-
-def occupancy(env) -> dict:
-    """{cell: (train, heading)} of the trains on the map."""
-    return {
-        agent.current_configuration[0]: (agent.handle, agent.current_configuration[1])
-        for agent in env.agents
-        if agent.current_configuration is not None
-    }
-
-
-def deadlocked_trains(env) -> set[int]:
-    """Trains that can never move again: the largest set of trains on the map in which every cell that
-    each train may enter next is occupied by a train of the set (two trains head-on on one track;
-    a train behind them; a ring of trains each waiting for the next). With speed 1 and no
-    malfunctions, a train of this set waits forever, and a train outside it is not stuck for good."""
-    occupant = {}
-    for agent in env.agents:
-        if agent.current_configuration is not None:
-            occupant[agent.current_configuration[0]] = agent.handle
-    wants = {}
-    for agent in env.agents:
-        if agent.current_configuration is not None:
-            position, direction = agent.current_configuration
-            wants[agent.handle] = [next_cell(position, e) for e in exits(env, position, direction)]
-    stuck = {handle for handle, cells in wants.items() if cells}
-    changed = True
-    while changed:
-        changed = False
-        for handle in list(stuck):
-            if any(occupant.get(cell) not in stuck for cell in wants[handle]):
-                stuck.discard(handle)
-                changed = True
-    return stuck
-
-
 def cell(agent) -> tuple[int, int] | None:
     """A train's (row, col) on the map, None while it is off it."""
     configuration = agent.current_configuration
@@ -195,7 +138,6 @@ class RailDecisionEnv:
         their targets first), at most ``max_active`` running; or, with ``release_rule`` (a callable
         (this env) -> the trains to release now, asked after every simulator step), as it says.
         ``ids`` [T]: the trains' random ids (default: drawn from ``seed``)."""
-        from ppoor.envs.rail_safety import PathBook
 
         self.release_rule = release_rule
         self.paths = [] if self.record else None  # per simulator step: each train's (row, col) or None
@@ -271,7 +213,6 @@ class RailDecisionEnv:
     def action_mask(self) -> np.ndarray:
         """bool [T, 3]: the actions each deciding train may take (all of them without the safety
         layer, and for trains not deciding)."""
-        from ppoor.envs.rail_safety import safe_actions
 
         if not self.safety:
             return np.ones((self.trains, 3), dtype=bool)
@@ -281,7 +222,6 @@ class RailDecisionEnv:
         """Applies ``actions`` [T] of the deciding trains (through the safety layer when on), then runs
         forced moves until a train must decide or the episode ends. Returns rewards [T] since the last
         call, finished [T] and info (``simulator_steps`` taken, ``actions`` carried out)."""
-        from ppoor.envs.rail_safety import shield
 
         deciding = self.deciding()
         self.decisions += int(deciding.sum())
@@ -309,7 +249,6 @@ class RailDecisionEnv:
         for released trains elsewhere (entering the map when their start cell is free and, with the
         safety layer, their path clear), DO_NOTHING for trains not released or finished."""
         from flatland.envs.step_utils.states import TrainState
-        from ppoor.envs.rail_safety import clear_to_enter
 
         out, occupied = {}, None  # the trains' cells, read once a train is ready to enter
         for agent in self.env.agents:

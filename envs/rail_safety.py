@@ -21,7 +21,7 @@ Shapes: T trains; ``ACTIONS`` of ``envs.rail``: stop, left branch, right branch.
 from __future__ import annotations
 
 import numpy as np
-from ppoor.envs.rail import LEFT, RIGHT, STOP, branches, exits, is_switch, next_cell
+from ppoor.envs.rail_track import LEFT, RIGHT, STOP, branches, exits, is_switch, next_cell
 
 
 class PathBook:

@@ -22,7 +22,7 @@ running, the share of the simulator's step limit used.
 from __future__ import annotations
 
 import numpy as np
-from ppoor.envs.rail import branches, decision_point, exits, next_cell, occupancy
+from ppoor.envs.rail_track import branches, decision_point, exits, next_cell, occupancy
 
 EDGE_FEATURES = (
     "exists",

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import torch
-from ppoor.envs.rail import LEFT, RIGHT, STOP, branches, next_cell, occupancy
+from ppoor.envs.rail_track import LEFT, RIGHT, STOP, branches, next_cell, occupancy
 from ppoor.envs.rail_tree import observe, train_observation
 from ppoor.models.rail import POLICY_INPUTS
 
@@ -114,7 +114,8 @@ def play_deadlock_avoidance(width: int, height: int, trains: int, seed: int, cit
     except ImportError:
         return None
     from flatland.envs.step_utils.states import TrainState
-    from ppoor.envs.rail import deadlocked_trains, rail_env
+    from ppoor.envs.rail import rail_env
+    from ppoor.envs.rail_track import deadlocked_trains
 
     start = time.perf_counter()
     env = rail_env(width, height, trains, seed, cities)
