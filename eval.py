@@ -124,7 +124,7 @@ def check_args(args: Args) -> None:
         if path:
             check_writable(f"--{name}", path)
     if args.output_solutions:
-        check_folder("--output-solutions", args.output_solutions)
+        check_writable("--output-solutions", args.output_solutions, folder=True)
 
 
 def decode_memory(args: Args, nodes: int, instances: int) -> float:
@@ -154,26 +154,17 @@ PLOT_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 IMPLAUSIBLE_GAP = 5.0  # percent below the reference on most instances: the references are for other data
 
 
-def check_folder(flag: str, path: str) -> None:
-    """Fails now, before any decoding, if files cannot be written into the folder ``path`` (made if missing)."""
-    if os.path.exists(path) and not os.path.isdir(path):
+def check_writable(flag: str, path: str, folder: bool = False) -> None:
+    """Fails now, before any decoding, if ``path`` (a file, or with ``folder`` a folder to write files
+    into) cannot be written; the folder is made if missing."""
+    if folder and os.path.exists(path) and not os.path.isdir(path):
         sys.exit(f"error: {flag} {path} is a file; name a folder for the solution files")
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path):
-            pass
-    except OSError as exc:
-        sys.exit(f"error: {flag} {path}: cannot write there ({exc.strerror or exc})")
-
-
-def check_writable(flag: str, path: str) -> None:
-    """Fails now, before any decoding, if ``path`` cannot be written (its folder is made if missing)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
+    if not folder and os.path.isdir(path):
         sys.exit(f"error: {flag} {path} is a folder; name a file in it")
+    target = path if folder else os.path.dirname(os.path.abspath(path))
     try:
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder):
+        os.makedirs(target, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target):
             pass
     except OSError as exc:
         sys.exit(f"error: {flag} {path}: cannot write there ({exc.strerror or exc})")

@@ -27,7 +27,6 @@ step, so the messages are recomputed with gradients) into minibatches.
 """
 
 import copy
-import math
 import os
 import random
 import sys
@@ -39,17 +38,19 @@ import torch
 import tyro
 from ppoor.envs.rail import STOP, RailDecisionEnv
 from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
-from ppoor.models import StopRequest, keep_freed_memory, read_checkpoint, save_checkpoint
+from ppoor.models import StopRequest, keep_freed_memory, save_checkpoint
 from ppoor.models.rail import POLICY_INPUTS, RailPolicy, ReleaseClassifier, mask_logits
 from ppoor.models.runs import (
     MAX_SECONDS,
-    MAX_SEED,
     MAX_THREADS,
+    PPO_LIMITS,
     check_numbers,
     exp_name_problem,
     fail,
+    given_fields,
     log_hyperparameters,
     new_run_dir,
+    resume_settings,
     start_wandb,
     wandb_problem,
 )
@@ -160,7 +161,7 @@ class Args:
 
 
 LIMITS = {
-    "seed": (0, MAX_SEED),
+    **PPO_LIMITS,
     "threads": (0, MAX_THREADS),
     "width": (20, 1_000),
     "height": (20, 1_000),
@@ -169,27 +170,14 @@ LIMITS = {
     "max_active": (1, 10_000),
     "tree_depth": (1, 6),
     "comm_radius": (0, 10_000),
-    "total_timesteps": (1, math.inf),
     "total_seconds": (1.0, MAX_SECONDS),
     "num_envs": (1, 1_000),
-    "learning_rate": (1e-10, 10.0),
-    "gamma": (0.0, 1.0),
-    "gae_lambda": (0.0, 1.0),
-    "num_minibatches": (1, math.inf),
-    "update_epochs": (1, math.inf),
-    "clip_coef": (1e-6, 10.0),
-    "ent_coef": (0.0, 10.0),
-    "vf_coef": (0.0, 100.0),
-    "max_grad_norm": (1e-6, 1e6),
-    "target_kl": (0.0, 100.0),
     "hidden": (1, 4096),
-    "eval_interval": (0, math.inf),
     "eval_episodes": (0, 100_000),
     "imitation_episodes": (0, 100_000),
     "imitation_epochs": (1, 100_000),
     "imitation_learning_rate": (1e-10, 10.0),
     "release_episodes": (0, 100_000),
-    "checkpoint_interval": (0, math.inf),
 }
 """The closed range of every numeric argument (``models.runs.check_numbers``)."""
 
@@ -404,18 +392,18 @@ def evaluate(policy: RailPolicy, args: Args, stop: StopRequest | None = None) ->
     return {key: float(np.mean([r[key] for r in results])) for key in ("arrival_rate", "deadlock_rate", "score")}
 
 
-def main(args: Args) -> None:
-    ckpt = None
-    if args.resume:
-        from ppoor.models.checkpoints import CheckpointError
+RESUME_OVERRIDES = ("total_timesteps", "total_seconds", "checkpoint_interval", "eval_interval", "threads", "track",
+                    "wandb_project_name", "wandb_entity")  # fmt: skip
+"""The arguments a resumed run may change; any other one given must equal the checkpoint's."""
 
-        try:
-            ckpt = read_checkpoint(args.resume)
-        except CheckpointError as exc:
-            sys.exit(f"error: --resume: {exc}")
-        if ckpt.get("problem") != "rail" or "optimizer" not in ckpt:
+
+def main(args: Args, given: set[str] | None = None) -> None:
+    """Trains; ``given``: the fields given on the command line (``models.runs.given_fields``)."""
+    ckpt = None
+    if args.resume:  # older runs had no safety layer
+        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, {"safety": False}, "ppo_flatland.py")
+        if ckpt.get("problem") != "rail":
             sys.exit(f"error: --resume: {args.resume} is not a ppo_flatland.py training checkpoint")
-        args = Args(**{"safety": False, **ckpt["args"], "resume": args.resume})  # older runs had no safety layer
     check_args(args)
     if args.track and (problem := wandb_problem()):
         sys.exit(f"error: --track: {problem}")
@@ -523,14 +511,10 @@ def main(args: Args) -> None:
         return args.total_seconds is not None and elapsed + reserve >= args.total_seconds
 
     def progress() -> str:
-        """Iteration k of K (K from the decisions and seconds per iteration so far), elapsed time and ETA."""
-        done = iteration - first_iteration
-        seconds = (time.time() - start_time) / done
-        total = iteration + math.ceil(max(0, args.total_timesteps - global_step) / ((global_step - first_step) / done))
-        if args.total_seconds is not None:
-            left = args.total_seconds - elapsed - seconds_per_episode * final_episodes
-            total = min(total, iteration + math.ceil(max(0.0, left) / seconds))
-        return progress_text(iteration, total, elapsed, seconds * (total - iteration))
+        return progress_text(
+            iteration - first_iteration, iteration, global_step - first_step, args.total_timesteps - global_step,
+            time.time() - start_time, elapsed, args.total_seconds, seconds_per_episode * final_episodes,
+        )  # fmt: skip
 
     start_time = time.time()
     while global_step < args.total_timesteps and not stop.requested and not out_of_time():
@@ -691,7 +675,7 @@ def main(args: Args) -> None:
 
 def cli() -> None:
     """The ``ppo-or-flatland`` console command."""
-    main(tyro.cli(Args))
+    main(tyro.cli(Args), given_fields(Args, sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -25,14 +25,13 @@ import os
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.distributed as dist
-import tyro
 from ppoor.data.references import kool_references
 from ppoor.envs import ENV_IDS, ENV_VARIANTS, standard_dataset, start_count
 from ppoor.envs.instances import KOOL_SET_SIZE
@@ -42,20 +41,29 @@ from ppoor.models import (
     StateWrapper,
     StopRequest,
     keep_freed_memory,
-    latest_checkpoint,
-    read_checkpoint,
     save_checkpoint,
+)
+from ppoor.models.parallel import (
+    all_sum,
+    average_gradients,
+    finish_processes,
+    gather,
+    report_parameter_agreement,
+    start_processes,
+    synced,
 )
 from ppoor.models.runs import (
     MAX_SECONDS,
-    MAX_SEED,
     MAX_THREADS,
+    PPO_LIMITS,
     check_numbers,
     exp_name_problem,
     fail,
     log_hyperparameters,
     memory_problem,
     new_run_dir,
+    parse_with_presets,
+    resume_settings,
     start_wandb,
     wandb_problem,
 )
@@ -175,22 +183,9 @@ PRESETS = {
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[Args, set[str]]:
-    """tyro's command line over the defaults of the preset that ``--preset`` names; also returns the
-    names of the fields given on the command line (what --resume compares with the checkpoint)."""
-    argv = sys.argv[1:] if argv is None else argv
-    name = "ppo-or"
-    for i, arg in enumerate(argv):
-        if arg == "--preset" and i + 1 < len(argv):
-            name = argv[i + 1]
-        elif arg.startswith("--preset="):
-            name = arg.split("=", 1)[1]
-    args = tyro.cli(Args, default=PRESETS.get(name, PRESETS["ppo-or"]), args=argv)
-    given = set()
-    for f in fields(Args):
-        flags = {f"--{f.name}", f"--{f.name.replace('_', '-')}", f"--no-{f.name.replace('_', '-')}", f"--no_{f.name}"}
-        if any(arg.split("=", 1)[0] in flags for arg in argv):
-            given.add(f.name)
-    return args, given
+    """tyro's command line over the defaults of the preset that ``--preset`` names, and the names of
+    the fields given on it (what --resume compares with the checkpoint)."""
+    return parse_with_presets(Args, PRESETS, "ppo-or", sys.argv[1:] if argv is None else argv)
 
 
 def multi_starts(args: Args) -> int:
@@ -216,28 +211,15 @@ def with_defaults(args: Args, starts: int) -> Args:
 
 
 LIMITS = {
-    "seed": (0, MAX_SEED),
+    **PPO_LIMITS,
     "threads": (1, MAX_THREADS),
     "num_nodes": (2, 100_000),
-    "total_timesteps": (1, math.inf),
-    "learning_rate": (1e-10, 10.0),
     "num_envs": (1, math.inf),
     "n_traj": (1, math.inf),
     "train_augment": (1, 8),
     "num_steps": (1, math.inf),
-    "gamma": (0.0, 1.0),
-    "gae_lambda": (0.0, 1.0),
-    "num_minibatches": (1, math.inf),
-    "update_epochs": (1, math.inf),
-    "clip_coef": (1e-6, 10.0),
-    "ent_coef": (0.0, 10.0),
-    "vf_coef": (0.0, 100.0),
-    "max_grad_norm": (1e-6, 1e6),
-    "target_kl": (0.0, 100.0),
     "total_seconds": (1e-3, MAX_SECONDS),
-    "checkpoint_interval": (0, math.inf),
     "checkpoint_seconds": (0.0, MAX_SECONDS),
-    "eval_interval": (0, math.inf),
     "eval_instances": (1, math.inf),
     "eval_batch_size": (1, math.inf),
 }
@@ -302,48 +284,6 @@ RESUME_OVERRIDES = (
 )
 
 
-def resumed_args(args: Args, given: set[str]) -> tuple[Args, dict]:
-    """Loads the checkpoint named by --resume (a file, or a run folder: its latest checkpoint) and
-    returns its settings with --resume kept. Arguments ``given`` on the command line that are in
-    RESUME_OVERRIDES override the saved ones (e.g. a longer --total-timesteps); any other argument
-    given must not differ from the checkpoint's, whatever its default. Checkpoints written before
-    the presets existed were trained with the rlor settings. A run that already reached its end
-    is refused before anything is written."""
-    try:
-        path = latest_checkpoint(args.resume)
-        ckpt = read_checkpoint(path)
-    except ValueError as exc:
-        sys.exit(f"error: --resume: {exc}")
-    if os.path.isdir(args.resume):
-        print(f"resuming from {path} (the latest checkpoint of {args.resume})", flush=True)
-    if "args" not in ckpt or "optimizer" not in ckpt:
-        sys.exit(f"error: --resume: {args.resume} holds weights only, not a training state (use it with eval.py)")
-    saved = {
-        **asdict(PRESETS["rlor"]),
-        **{f.name: ckpt["args"][f.name] for f in fields(Args) if f.name in ckpt["args"]},
-    }
-    for name in sorted(given - {"resume"}):
-        value = getattr(args, name)
-        if value == saved.get(name):
-            continue
-        if name not in RESUME_OVERRIDES:
-            sys.exit(
-                f"error: --{name.replace('_', '-')} cannot change when resuming (the checkpoint has {saved.get(name)!r})"
-            )
-        saved[name] = value
-    resumed = Args(**{**saved, "resume": str(path)})
-    if ckpt["global_step"] >= resumed.total_timesteps or (
-        resumed.total_seconds is not None and ckpt.get("elapsed_seconds", 0.0) >= resumed.total_seconds
-    ):
-        sys.exit(
-            f"error: --resume: the run already finished at step {ckpt['global_step']:,} of --total-timesteps "
-            f"{resumed.total_timesteps:,}"
-            + (f" or after --total-seconds {resumed.total_seconds:g}" if resumed.total_seconds else "")
-            + "; raise --total-timesteps (or --total-seconds) to continue it"
-        )
-    return resumed, ckpt
-
-
 def stack_states(states: list) -> dict:
     """Per-step dynamic states [M, N, ...] -> one dict of [T, M, N, ...] tensors."""
     return {key: torch.stack([s[key] for s in states]) for key in states[0]}
@@ -397,29 +337,6 @@ def shared_advantages(returns: torch.Tensor, copies: int) -> torch.Tensor:
     num_envs, n_traj = returns.shape
     grouped = returns.view(copies, num_envs // copies, n_traj)
     return (grouped - grouped.mean((0, 2), keepdim=True)).view(num_envs, n_traj)
-
-
-def all_sum(x: torch.Tensor) -> torch.Tensor:
-    """Sum over the data-parallel processes (x itself in a single process); no gradient."""
-    if dist.is_initialized():
-        x = x.detach().clone()
-        dist.all_reduce(x)
-    return x
-
-
-def average_gradients(agent: Agent) -> None:
-    """Averages the gradients over the data-parallel processes with one all-reduce (CleanRL's
-    multi-GPU pattern), so every process takes the same optimizer step."""
-    if not dist.is_initialized():
-        return
-    params = [p for p in agent.parameters() if p.requires_grad]
-    grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
-    dist.all_reduce(grads)
-    grads /= dist.get_world_size()
-    offset = 0
-    for p in params:
-        p.grad = grads[offset : offset + p.numel()].view_as(p).clone()
-        offset += p.numel()
 
 
 def ppo_loss(
@@ -492,27 +409,6 @@ def ppo_loss(
     return loss, stats
 
 
-def report_parameter_agreement(agent: Agent, is_main: bool) -> None:
-    """Checks that every process ends with the same parameters (the data-parallel invariant)."""
-    flat = torch.cat([p.detach().flatten() for p in agent.state_dict().values() if p.is_floating_point()])
-    spread = flat.clone()
-    dist.all_reduce(spread, op=dist.ReduceOp.MAX)
-    lowest = flat.clone()
-    dist.all_reduce(lowest, op=dist.ReduceOp.MIN)
-    difference = (spread - lowest).abs().max().item()
-    if is_main:
-        print(
-            f"parameters identical across {dist.get_world_size()} processes: {difference == 0} (max difference {difference:g})",
-            flush=True,
-        )
-
-
-def finish_processes(world_size: int) -> None:
-    if world_size > 1:
-        dist.barrier()
-        dist.destroy_process_group()
-
-
 def evaluate(agent: Agent, data: dict, batch_size: int, references: np.ndarray | None) -> dict:
     """Mean greedy and multi-greedy tour lengths on ``data`` (the periodic evaluation), and their
     mean gaps in percent against ``references`` [B] where there are any."""
@@ -528,21 +424,14 @@ def evaluate(agent: Agent, data: dict, batch_size: int, references: np.ndarray |
     return out
 
 
-def synced(value: float, device: torch.device) -> float:
-    """The largest of ``value`` over the data-parallel processes, so that they all take the same
-    time-based decisions."""
-    if not dist.is_initialized():
-        return value
-    x = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(x, op=dist.ReduceOp.MAX)
-    return x.item()
-
-
 def main(args: Args, given: set[str] | None = None) -> None:
     """Trains; ``given``: the fields given on the command line (see ``parse_args``)."""
     ckpt = None
     if args.resume:
-        args, ckpt = resumed_args(args, set() if given is None else given)
+        # checkpoints written before the presets existed were trained with the rlor settings
+        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, asdict(PRESETS["rlor"]), "ppo_or.py")
+        if ckpt["problem"] == "rail":
+            sys.exit(f"error: --resume: {args.resume} is a ppo_flatland.py checkpoint; resume it with ppo_flatland.py")
     starts = multi_starts(args)
     args = with_defaults(args, starts)
     check_args(args, starts)
@@ -551,15 +440,10 @@ def main(args: Args, given: set[str] | None = None) -> None:
     problem = ENV_IDS[args.env_id]
 
     # data-parallel setup: torchrun sets WORLD_SIZE, RANK and LOCAL_RANK; a plain run is rank 0 of 1
-    world_size, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
     use_cuda = torch.cuda.is_available() and args.cuda
     if args.amp and not use_cuda:
         sys.exit("error: --amp (bf16 autocast) needs a CUDA device; drop --amp or use --cuda on a GPU machine")
-    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
-    if world_size > 1:
-        if use_cuda:
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if use_cuda else "gloo")
+    world_size, rank, device = start_processes(use_cuda)
     if ckpt and len(ckpt["rank_rng"]) != world_size:
         sys.exit(f"error: --resume: the checkpoint was written by {len(ckpt['rank_rng'])} processes, not {world_size}")
     if world_size > 1 and not args.encoder_cache:
@@ -649,11 +533,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         rng = {"torch": torch.get_rng_state(), "env": envs.unwrapped.rng.bit_generator.state}
         if use_cuda:
             rng["cuda"] = torch.cuda.get_rng_state(device)
-        rank_rng = [None] * world_size
-        if world_size > 1:
-            dist.all_gather_object(rank_rng, rng)
-        else:
-            rank_rng = [rng]
+        rank_rng = gather(rng, world_size)
         if not is_main:
             return None
         path = os.path.join(run_dir, "ckpt", f"{iteration}.pt")
@@ -696,13 +576,10 @@ def main(args: Args, given: set[str] | None = None) -> None:
             print(f"resuming from {args.resume} at iteration {iteration}", flush=True)
 
     def progress() -> str:
-        """Iteration k of K (K from the steps and seconds per iteration so far), elapsed time and ETA."""
-        steps_per_iteration = (global_step - start_step) / (iteration - first_iteration)
-        seconds_per_iteration = (time.time() - start_time) / (iteration - first_iteration)
-        total = iteration + math.ceil(max(0, args.total_timesteps - global_step) / steps_per_iteration)
-        if args.total_seconds is not None:
-            total = min(total, iteration + math.ceil(max(0.0, args.total_seconds - elapsed) / seconds_per_iteration))
-        return progress_text(iteration, total, elapsed, seconds_per_iteration * (total - iteration))
+        return progress_text(
+            iteration - first_iteration, iteration, global_step - start_step, args.total_timesteps - global_step,
+            time.time() - start_time, elapsed, args.total_seconds,
+        )  # fmt: skip
 
     stop = StopRequest()
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)

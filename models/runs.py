@@ -19,6 +19,23 @@ import torch
 MAX_SEED = 2**32 - 1  # numpy's seeds are 32-bit
 MAX_SECONDS = 10 * 365 * 86_400.0  # a time budget is finite: ten years at most
 MAX_THREADS = 1024
+PPO_LIMITS = {
+    "seed": (0, MAX_SEED),
+    "total_timesteps": (1, math.inf),
+    "learning_rate": (1e-10, 10.0),
+    "gamma": (0.0, 1.0),
+    "gae_lambda": (0.0, 1.0),
+    "num_minibatches": (1, math.inf),
+    "update_epochs": (1, math.inf),
+    "clip_coef": (1e-6, 10.0),
+    "ent_coef": (0.0, 10.0),
+    "vf_coef": (0.0, 100.0),
+    "max_grad_norm": (1e-6, 1e6),
+    "target_kl": (0.0, 100.0),
+    "checkpoint_interval": (0, math.inf),
+    "eval_interval": (0, math.inf),
+}
+"""The ranges of the PPO arguments both trainers have (``check_numbers``)."""
 EXP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
@@ -120,9 +137,22 @@ def gib(n: float) -> str:
     return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.0f} MiB"
 
 
-def progress(iteration: int, total: int, elapsed: float, remaining: float) -> str:
-    """`` | k/K iterations, hh:mm:ss elapsed, ETA hh:mm:ss``: the end of a trainer's iteration line."""
-    clock = [time.strftime("%H:%M:%S", time.gmtime(max(0.0, min(t, 359_999.0)))) for t in (elapsed, remaining)]
+def progress(
+    done: int, iteration: int, steps_done: int, steps_left: int, seconds_done: float, elapsed: float,
+    total_seconds: float | None, reserve: float = 0.0,
+) -> str:  # fmt: skip
+    """`` | k/K iterations, hh:mm:ss elapsed, ETA hh:mm:ss``, the end of a trainer's iteration line:
+    K from the steps and seconds per iteration of the ``done`` iterations of this session
+    (``steps_done`` steps in ``seconds_done`` s), the ``steps_left`` to the step budget and the time
+    left of ``total_seconds`` (less ``reserve`` s kept for the end of the run), ``elapsed`` s so far."""
+    seconds = seconds_done / done
+    total = iteration + math.ceil(max(0, steps_left) / max(steps_done / done, 1e-9))
+    if total_seconds is not None:
+        total = min(total, iteration + math.ceil(max(0.0, total_seconds - elapsed - reserve) / seconds))
+    clock = [
+        time.strftime("%H:%M:%S", time.gmtime(max(0.0, min(t, 359_999.0))))
+        for t in (elapsed, seconds * (total - iteration))
+    ]
     return f" | {iteration}/{total} iterations, {clock[0]} elapsed, ETA {clock[1]}"
 
 
@@ -169,3 +199,71 @@ def log_hyperparameters(writer, run_dir: str, args, **extra) -> None:
     )
     with open(os.path.join(run_dir, "args.json"), "w") as f:
         json.dump({**asdict(args), **extra}, f, indent=2)
+
+
+def given_fields(cls, argv: list[str]) -> set[str]:
+    """The fields of the dataclass ``cls`` that ``argv`` gives (``--num-envs 8``, ``--no-cuda``, ...)."""
+    given = set()
+    for f in fields(cls):
+        dashed = f.name.replace("_", "-")
+        flags = {f"--{f.name}", f"--{dashed}", f"--no-{dashed}", f"--no_{f.name}"}
+        if any(arg.split("=", 1)[0] in flags for arg in argv):
+            given.add(f.name)
+    return given
+
+
+def parse_with_presets(cls, presets: dict, default: str, argv: list[str]) -> tuple:
+    """tyro's command line ``argv`` over the defaults of the preset that ``--preset`` names (``default``
+    when none is), and the fields given (``given_fields``)."""
+    import tyro
+
+    name = default
+    for i, arg in enumerate(argv):
+        if arg == "--preset" and i + 1 < len(argv):
+            name = argv[i + 1]
+        elif arg.startswith("--preset="):
+            name = arg.split("=", 1)[1]
+    return tyro.cli(cls, default=presets.get(name, presets[default]), args=argv), given_fields(cls, argv)
+
+
+def resume_settings(args, given: set[str], overrides: tuple[str, ...], legacy: dict, script: str) -> tuple:
+    """Loads the checkpoint that ``args.resume`` names (a file, or a run folder: its latest checkpoint)
+    and returns (its settings as ``type(args)`` with --resume kept, the checkpoint). Fields ``given``
+    on the command line that are in ``overrides`` replace the saved ones (e.g. a longer
+    --total-timesteps); any other field given must equal the checkpoint's, whatever its default.
+    ``legacy``: the values of fields that older checkpoints lack. A weights-only file, and a run that
+    already reached --total-timesteps or --total-seconds, are refused before anything is written."""
+    from ppoor.models.checkpoints import latest_checkpoint, read_checkpoint
+
+    try:
+        path = latest_checkpoint(args.resume)
+        ckpt = read_checkpoint(path)
+    except ValueError as exc:
+        sys.exit(f"error: --resume: {exc}")
+    if os.path.isdir(args.resume):
+        print(f"resuming from {path} (the latest checkpoint of {args.resume})", flush=True)
+    if "args" not in ckpt or "optimizer" not in ckpt:
+        sys.exit(f"error: --resume: {args.resume} holds weights only, not a {script} training state")
+    names = [f.name for f in fields(args)]
+    saved = {
+        **{k: v for k, v in legacy.items() if k in names},
+        **{k: ckpt["args"][k] for k in names if k in ckpt["args"]},
+    }
+    for name in sorted(given - {"resume"}):
+        value = getattr(args, name)
+        if value == saved.get(name):
+            continue
+        if name not in overrides:
+            sys.exit(f"error: {flag(name)} cannot change when resuming (the checkpoint has {saved.get(name)!r})")
+        saved[name] = value
+    resumed = type(args)(**{**saved, "resume": str(path)})
+    if ckpt["global_step"] >= resumed.total_timesteps or (
+        resumed.total_seconds is not None and ckpt.get("elapsed_seconds", 0.0) >= resumed.total_seconds
+    ):
+        sys.exit(
+            f"error: --resume: the run already finished at step {ckpt['global_step']:,} of --total-timesteps "
+            f"{resumed.total_timesteps:,}"
+            + (f" or after --total-seconds {resumed.total_seconds:g}" if resumed.total_seconds else "")
+            + "; raise --total-timesteps (or --total-seconds) to continue it"
+        )
+    return resumed, ckpt

@@ -289,7 +289,7 @@ def test_bad_output_paths_fail_before_decoding(tmp_path, small_checkpoints, monk
     monkeypatch.setattr(evaluator, "decode", lambda *a, **k: pytest.fail("decoding started"))
     assert "name a .json file" in fails("--checkpoint", tsp, "--output", str(tmp_path / "results.txt"))
     assert "name an image file" in fails("--checkpoint", tsp, "--plot", str(tmp_path / "routes.xyz"))
-    assert "--plot-instances must be at least 1" in fails("--checkpoint", tsp, "--plot-instances", "0")
+    assert "--plot-instances must be between 1 and 100, got 0" in fails("--checkpoint", tsp, "--plot-instances", "0")
     folder = tmp_path / "out.json"
     folder.mkdir()
     assert "is a folder" in fails("--checkpoint", tsp, "--output", str(folder))

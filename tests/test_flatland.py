@@ -51,8 +51,12 @@ def test_resume_continues_the_run(tiny_run):
     ckpt = sorted((tiny_run / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1]
     cwd = tiny_run.parent.parent
     result = run("ppo_flatland.py", "--resume", str(ckpt), cwd=cwd)
-    assert result.returncode == 0, result.stderr  # the run had finished its decisions: it writes and evaluates again
-    assert "final: greedy policy" in result.stdout
+    assert result.returncode != 0 and "the run already finished" in result.stderr  # as ppo_or.py: nothing written
+    result = run("ppo_flatland.py", "--resume", str(ckpt), "--num-envs", "3", cwd=cwd)
+    assert result.returncode != 0 and "--num-envs cannot change when resuming" in result.stderr
+    result = run("ppo_flatland.py", "--resume", str(ckpt), "--total-timesteps", "400", cwd=cwd)
+    assert result.returncode == 0, result.stderr  # a larger budget continues the run
+    assert f"iteration={int(ckpt.stem) + 1} " in result.stdout and "final: greedy policy" in result.stdout
 
 
 def test_eval_writes_the_contract_json(tiny_run, tmp_path):
