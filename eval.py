@@ -210,7 +210,7 @@ def plot_routes(path: str, groups: list, results: list, count: int, label: str) 
     import matplotlib.pyplot as plt
 
     items = [(g, r, i) for g, r in zip(groups, results, strict=True) for i in range(len(g.names))][:count]
-    fig, axes = plt.subplots(1, len(items), figsize=(5.5 * len(items), 4.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(items), figsize=(5 * len(items), 6.5), squeeze=False)
     for ax, (group, result, i) in zip(axes[0], items, strict=True):
         points = group.node_points(i)
         tour = result["tours"][i]
@@ -232,7 +232,7 @@ def plot_routes(path: str, groups: list, results: list, count: int, label: str) 
         decimals = 0 if group.rounding in INTEGER_ROUNDINGS else 1 if group.rounding == "tenth-down" else 4
         cost = COST_NAMES.get(group.problem, "length").removeprefix("mean ")
         ax.set_title(f"{group.names[i]}: {cost} {result['lengths'][i]:,.{decimals}f}", fontsize=10)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.01), ncol=2, frameon=False)
         ax.set_aspect("equal")
         ax.set_xticks([])
         ax.set_yticks([])
