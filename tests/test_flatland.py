@@ -86,7 +86,7 @@ def test_eval_writes_the_contract_json(tiny_run, tmp_path):
         ("eval_flatland.py", ["--threshold", "7"], "--threshold must be between 0 and 1, got 7"),
         ("eval_flatland.py", ["--output", "."], "is a folder; name a .json file"),
         ("ppo_flatland.py", ["--trains", "12", "--cities", "2"], "do not fit"),
-        ("ppo_flatland.py", ["--width", "10"], "at least 20x20"),
+        ("ppo_flatland.py", ["--width", "10"], "--width must be between 20 and 1000, got 10"),
         ("ppo_flatland.py", ["--resume", "missing.pt"], "does not exist"),
         ("ppo_flatland.py", ["--imitation-episodes", "5", "--no-safety"], "drop --no-safety"),
         ("eval_flatland.py", ["--sizes", "10x10x2"], "at least 20x20"),
