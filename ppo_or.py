@@ -38,9 +38,12 @@ from ppoor.envs.instances import KOOL_SET_SIZE
 from ppoor.envs.vrp import TEST_SET_SIZE
 from ppoor.models import (
     Agent,
+    CheckpointError,
     StateWrapper,
     StopRequest,
     keep_freed_memory,
+    latest_checkpoint,
+    read_checkpoint,
     save_checkpoint,
 )
 from ppoor.models.parallel import (
@@ -174,6 +177,9 @@ class Args:
     """instances decoded at once by the periodic evaluation"""
     resume: str | None = None
     """path of a checkpoint to continue; its run directory and settings are used"""
+    init_from: str | None = None
+    """start a new run from the weights of this checkpoint of the same problem (a ppo_or.py checkpoint, a run
+    folder, a shipped model such as tsp20, or an RLOR state dict), e.g. to train TSP50 from a TSP20 model"""
 
 
 PRESETS = {
@@ -253,6 +259,17 @@ def check_args(args: Args, starts: int) -> None:
     if args.eval_instances > val_size:
         problems.append(f"--eval-instances must be in 1..{val_size} (the validation set), got {args.eval_instances}")
     fail(problems)
+
+
+def initial_weights(source: str, problem: str) -> dict:
+    """The checkpoint --init-from names, read (weights only) and checked to be a model of ``problem``."""
+    try:
+        init = read_checkpoint(latest_checkpoint(source))
+    except CheckpointError as exc:
+        sys.exit(f"error: --init-from: {exc}")
+    if init["problem"] != problem:
+        sys.exit(f"error: --init-from {source} is a {init['problem'].upper()} model, not {problem.upper()}")
+    return init
 
 
 def training_memory(args: Args, actions: int, steps: int) -> float:
@@ -438,6 +455,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     if args.track and (problem := wandb_problem()):
         sys.exit(f"error: --track: {problem}")
     problem = ENV_IDS[args.env_id]
+    init = initial_weights(args.init_from, problem) if args.init_from and not ckpt else None
 
     # data-parallel setup: torchrun sets WORLD_SIZE, RANK and LOCAL_RANK; a plain run is rank 0 of 1
     use_cuda = torch.cuda.is_available() and args.cuda
@@ -492,6 +510,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
         return envs.reset(options=augment(drawn, args.train_augment))[0]
 
     agent = Agent(problem).to(device)
+    if init and not ckpt:
+        agent.load_state_dict(init["model"])
     torch.manual_seed(args.seed + rank)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     global_step, iteration, elapsed = 0, 0, 0.0

@@ -438,3 +438,20 @@ def test_a_rollout_step_copies_each_observation_once_and_syncs_once(env_id):
     assert counts["host_to_device"] == len(DYNAMIC_KEYS[ENV_IDS[env_id]]) + 3
     assert counts["device_to_host"] == 1
     assert counts["aten::_local_scalar_dense"] == counts["aten::nonzero"] == counts["aten::is_nonzero"] == 0
+
+
+def test_init_from_starts_a_new_run_from_a_models_weights(tmp_path):
+    """--init-from tsp20 at a learning rate too small to move the weights: the run's weights are the
+    shipped model's (the batch-norm statistics aside), in a run of its own at iteration 1."""
+    train(tmp_path, "--num-nodes", "30", *TINY, "--total-timesteps", "40", "--eval-interval", "0",
+          "--learning-rate", "1e-10", "--init-from", "tsp20")  # fmt: skip
+    from ppoor.models.checkpoints import read_checkpoint, shipped_checkpoint
+
+    (checkpoint,) = (run_dir(tmp_path) / "ckpt").iterdir()
+    trained, shipped = read_checkpoint(checkpoint), read_checkpoint(shipped_checkpoint("tsp20"))
+    assert trained["iteration"] == 1
+    for key, value in shipped["model"].items():
+        if "running" not in key and "num_batches" not in key:
+            assert torch.allclose(trained["model"][key], value, atol=1e-6), key
+    result = train(tmp_path, "--init-from", "cvrp20", check=False)
+    assert result.returncode != 0 and "--init-from cvrp20 is a CVRP model, not TSP" in result.stderr
