@@ -137,7 +137,7 @@ def test_validation_references_are_computed_once_and_cached(tmp_path):
     assert np.array_equal(kool_references("tsp", 20, "test", 20, str(tmp_path)), np.arange(20.0))
     cached.write_bytes(b"broken")  # an unreadable cache is computed again
     assert np.array_equal(kool_references("tsp", 20, "test", 20, str(tmp_path)), lengths)
-    assert kool_references("cvrp", 20, "val", 20, str(tmp_path)) is None
+    assert kool_references("cvrp", 10, "val", 20, str(tmp_path)) is None  # no CVRP reference ships at 10
 
 
 @pytest.mark.parametrize(

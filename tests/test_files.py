@@ -185,6 +185,21 @@ def test_shipped_checkpoints_and_references_are_found_by_name():
     assert kool_references("tsp", 20, "val", 10, "/nonexistent").shape == (10,)
 
 
+def test_the_shipped_references_are_what_the_solvers_give():
+    """The first shipped lengths recomputed: LKH on TSP20 (optimal at this size, so exactly), PyVRP
+    on CVRP20 (0.5 s each, as shipped; within 2%: a time-limited search depends on the machine)."""
+    from ppoor.data.references import reference_lengths, shipped_references
+
+    pytest.importorskip("elkai", reason="elkai is an optional extra")
+    np.testing.assert_allclose(
+        shipped_references("tsp", 20, "val", 5), reference_lengths("tsp", 20, "val", 5, "lkh", 0.0), rtol=1e-9
+    )
+    pytest.importorskip("pyvrp", reason="PyVRP is an optional extra")
+    np.testing.assert_allclose(
+        shipped_references("cvrp", 20, "val", 3), reference_lengths("cvrp", 20, "val", 3, "pyvrp", 0.5), rtol=0.02
+    )
+
+
 def test_route_legends_add_up_to_the_solution(tmp_path):
     result = run(tmp_path, "--checkpoint", "mtvrp20", "--variant", "vrpb", "--num-instances", "2")
     (group,) = evaluator.load_data("test", "mtvrp", 20, 2, variant="vrpb")
