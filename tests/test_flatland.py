@@ -26,7 +26,7 @@ def tiny_run(tmp_path_factory):
     result = run(
         "ppo_flatland.py", "--num-envs", "2", "--total-timesteps", "50", "--eval-interval", "1",
         "--eval-episodes", "2", "--checkpoint-interval", "1", "--imitation-episodes", "2", "--imitation-epochs", "1",
-        cwd=cwd,
+        "--release-episodes", "4", cwd=cwd,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "imitation: " in result.stdout and "episodes, greedy agreement" in result.stdout

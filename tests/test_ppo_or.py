@@ -190,7 +190,7 @@ def test_training_learns_tsp20(tmp_path, preset):
     train(
         tmp_path,
         *("--num-nodes", "20", "--num-envs", "64", "--n-traj", "20", "--num-minibatches", "4"),
-        *("--total-timesteps", "60000", "--eval-interval", "0", "--threads", "1", "--preset", preset),
+        *("--total-timesteps", "60000", "--eval-interval", "0", "--threads", "2", "--preset", preset),
     )
     data = kool_dataset("tsp", 20, "test", 100)
     torch.manual_seed(1)
@@ -215,7 +215,7 @@ def test_training_learns_vrptw20(tmp_path):
     train(
         tmp_path,
         *("--env-id", "vrptw-v0", "--num-nodes", "20", "--num-envs", "64", "--num-minibatches", "4"),
-        *("--total-timesteps", "60000", "--eval-interval", "0", "--threads", "1"),
+        *("--total-timesteps", "60000", "--eval-interval", "0", "--threads", "2"),
     )
     data = standard_dataset("mtvrp", 20, "test", 100, "vrptw")
     torch.manual_seed(1)
