@@ -215,8 +215,9 @@ def plot_routes(path: str, groups: list, results: list, count: int, label: str) 
         points = group.node_points(i)
         tour = result["tours"][i]
         depots = len(group.instances["depots"][i]) if group.problem == "mdvrp" else 0 if group.problem == "tsp" else 1
-        colours = plt.get_cmap("tab10" if len(split_routes(tour, max(depots, 1))) <= 10 else "tab20")
-        for k, (nodes, text) in enumerate(route_paths(group, i, tour, depots)):
+        paths = route_paths(group, i, tour, depots)
+        colours = plt.get_cmap("tab10" if len(paths) <= 10 else "tab20")
+        for k, (nodes, text) in enumerate(paths):
             free = group.free_returns(i)
             for a, b in zip(nodes[:-1], nodes[1:], strict=True):  # an open route's free return is dotted
                 style = ":" if free and b == 0 else "-"
