@@ -51,7 +51,8 @@ def test_the_wheel_holds_one_import_package(installed):
     assert names == {"ppoor", wheel.name.split("-py3")[0] + ".dist-info"}
     files = set(zipfile.ZipFile(wheel).namelist())
     for shipped in ("ppoor/checkpoints/tsp20.pt", "ppoor/checkpoints/mtvrp20.pt", "ppoor/ppo_or.py",
-                    "ppoor/data/reference_lengths/tsp20_val_seed4321_lkh.npy"):  # fmt: skip
+                    "ppoor/data/reference_lengths/tsp20_val_seed4321_lkh.npy", "ppoor/agents/prompts.toml",
+                    "ppoor/data/rlea_problems/vrp-c-tw.json", "ppoor/data/rlea_corpus/notes.md", "ppoor/rlea.py"):  # fmt: skip
         assert shipped in files
 
 
@@ -70,6 +71,17 @@ def test_the_console_commands_run_from_outside_the_checkout(installed, tmp_path)
     probe = "import ppoor.envs, ppoor.models, ppoor.search, ppoor.data, ppoor.eval; print(ppoor.envs.__file__)"
     result = outside(installed, tmp_path, sys.executable, "-c", probe)
     assert result.returncode == 0 and result.stdout.startswith(str(target)), result.stderr
+
+
+def test_the_rlea_benchmark_loads_installed(installed, tmp_path):
+    target, _ = installed
+    probe = ("from ppoor.agents.problems import load_problems, shipped_problems; from ppoor.agents.executor import "
+             "load_prompts; from ppoor.agents.rag import NOTES; print(len(load_problems(shipped_problems())), "
+             "len(load_prompts()), NOTES.is_file(), shipped_problems())")
+    result = outside(installed, tmp_path, sys.executable, "-c", probe)
+    assert result.returncode == 0, result.stderr
+    count, prompts, notes, folder = result.stdout.split()
+    assert int(count) >= 48 and int(prompts) >= 8 and notes == "True" and folder.startswith(str(target))
 
 
 def test_the_railway_scripts_are_importable_installed(installed, tmp_path):

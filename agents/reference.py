@@ -1,0 +1,140 @@
+"""Reference solutions of the benchmark's problems: OR-Tools' routing solver with guided local
+search (every family), and Held-Karp dynamic programming, which proves optimality, for the TSP.
+
+Problem format: ``agents/problems.py``. The routes returned are checked by ``agents/verify.py``,
+which shares no code with this module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def held_karp(distance: list[list[int]]) -> tuple[int, list[int]]:
+    """The optimal closed tour from node 0 of a small TSP (n <= 17) by dynamic programming over
+    subsets: O(2^n n^2) time. Returns (length, tour with 0 first and last)."""
+    d = np.asarray(distance, dtype=np.int64)
+    n = len(d)
+    if n > 17:
+        raise ValueError(f"Held-Karp is for at most 17 nodes, got {n}")
+    m = n - 1  # node i >= 1 is bit i - 1
+    inf = np.iinfo(np.int64).max // 4
+    cost = np.full((1 << m, m), inf, dtype=np.int64)
+    parent = np.full((1 << m, m), -1, dtype=np.int64)
+    for j in range(m):
+        cost[1 << j, j] = d[0, j + 1]
+    between = d[1:, 1:]  # [m, m]
+    for subset in range(1, 1 << m):
+        row = cost[subset]
+        if not (row < inf).any():
+            continue
+        outside = [j for j in range(m) if not subset >> j & 1]
+        if not outside:
+            continue
+        # extend every end i of subset to every node j outside it
+        through = row[:, None] + between[:, outside]  # [m, len(outside)]
+        best = through.argmin(axis=0)
+        for col, j in enumerate(outside):
+            value = through[best[col], col]
+            target = subset | 1 << j
+            if value < cost[target, j]:
+                cost[target, j] = value
+                parent[target, j] = best[col]
+    full = (1 << m) - 1
+    closing = cost[full] + d[1:, 0]
+    end = int(closing.argmin())
+    tour, subset = [], full
+    while end >= 0:
+        tour.append(end + 1)
+        previous = int(parent[subset, end])
+        subset &= ~(1 << end)
+        end = previous
+    return int(closing.min()), [0, *tour[::-1], 0]
+
+
+def ortools_routes(instance: dict, families: list[str], seconds: float) -> list[list[int]] | None:
+    """OR-Tools' best routes for the problem within ``seconds`` (guided local search), one list
+    per vehicle (empty when unused), or None when it found no feasible solution."""
+    from ortools.constraint_solver import pywrapcp, routing_enums_pb2
+
+    fams = set(families)
+    d = instance["distance"]
+    n, vehicles = len(d), instance["num_vehicles"]
+    starts = instance["vehicle_depots"]
+    depots = set(instance["depots"])
+    closed = "open" not in fams
+    manager = pywrapcp.RoutingIndexManager(n, vehicles, starts, starts)
+    routing = pywrapcp.RoutingModel(manager)
+
+    def arc(i: int, j: int) -> int:
+        return 0 if not closed and j in depots else d[i][j]
+
+    def node_callback(values):
+        return routing.RegisterUnaryTransitCallback(lambda index: values[manager.IndexToNode(index)])
+
+    distance_cb = routing.RegisterTransitCallback(
+        lambda a, b: arc(manager.IndexToNode(a), manager.IndexToNode(b))
+    )
+    routing.SetArcCostEvaluatorOfAllVehicles(distance_cb)
+    if "capacity" in fams:
+        # cumuls lie in 0..capacity: with pickups (+q) and deliveries (-q) the load never goes negative
+        routing.AddDimensionWithVehicleCapacity(
+            node_callback(instance["demand"]), 0, [instance["capacity"]] * vehicles, True, "load"
+        )
+    if "resources" in fams:
+        routing.AddDimensionWithVehicleCapacity(
+            node_callback(instance["volume"]), 0, [instance["volume_capacity"]] * vehicles, True, "volume"
+        )
+    limit = instance["max_route_distance"] if "distance_limit" in fams else sum(map(sum, d))
+    routing.AddDimension(distance_cb, 0, limit, True, "distance")
+    if "time_windows" in fams or "service_time" in fams:
+        service = instance["service_time"] if "service_time" in fams else [0] * n
+        windows = instance["time_windows"] if "time_windows" in fams else None
+        horizon = max(w[1] for w in windows) if windows else instance["max_route_duration"]
+        time_cb = routing.RegisterTransitCallback(
+            lambda a, b: service[manager.IndexToNode(a)] + arc(manager.IndexToNode(a), manager.IndexToNode(b))
+        )
+        routing.AddDimension(time_cb, horizon if windows else 0, horizon, False, "time")
+        time = routing.GetDimensionOrDie("time")
+        if windows:
+            for i in range(n):
+                if i not in depots:
+                    time.CumulVar(manager.NodeToIndex(i)).SetRange(*windows[i])
+            for v in range(vehicles):
+                time.CumulVar(routing.Start(v)).SetRange(*windows[starts[v]])
+                if closed:
+                    time.CumulVar(routing.End(v)).SetRange(*windows[starts[v]])
+        else:
+            for v in range(vehicles):
+                time.CumulVar(routing.Start(v)).SetValue(0)
+    if "pickup_delivery" in fams:
+        order = routing.GetDimensionOrDie("distance")
+        solver = routing.solver()
+        for p, q in instance["pickup_delivery_pairs"]:
+            pi, qi = manager.NodeToIndex(p), manager.NodeToIndex(q)
+            routing.AddPickupAndDelivery(pi, qi)
+            solver.Add(routing.VehicleVar(pi) == routing.VehicleVar(qi))
+            solver.Add(order.CumulVar(pi) <= order.CumulVar(qi))
+    if "prize" in fams:
+        for i in range(n):
+            if i not in depots:
+                routing.AddDisjunction([manager.NodeToIndex(i)], instance["penalty"][i])
+    params = pywrapcp.DefaultRoutingSearchParameters()
+    strategy = "PARALLEL_CHEAPEST_INSERTION" if fams & {"pickup_delivery", "time_windows"} else "PATH_CHEAPEST_ARC"
+    params.first_solution_strategy = getattr(routing_enums_pb2.FirstSolutionStrategy, strategy)
+    params.local_search_metaheuristic = routing_enums_pb2.LocalSearchMetaheuristic.GUIDED_LOCAL_SEARCH
+    params.time_limit.FromMilliseconds(max(1, int(seconds * 1000)))
+    solution = routing.SolveWithParameters(params)
+    if solution is None:
+        return None
+    routes = []
+    for v in range(vehicles):
+        index, route = routing.Start(v), []
+        while not routing.IsEnd(index):
+            route.append(manager.IndexToNode(index))
+            index = solution.Value(routing.NextVar(index))
+        if len(route) == 1:
+            routes.append([])
+        else:
+            routes.append(route + [starts[v]] if closed else route)
+    return routes

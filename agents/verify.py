@@ -1,0 +1,180 @@
+"""The independent checker of a program's answer: every constraint of a problem, the objective
+recomputed from the routes, and the gap to the reference.
+
+Written from the problem format of ``agents/problems.py`` alone: it shares no code with the
+reference solver (``agents/reference.py``, OR-Tools) nor with any generated program. A route is a
+list of node indices: vehicle k's route starts at its depot (``instance["vehicle_depots"][k]``),
+visits customers, and returns to that depot unless the problem has open routes; an unused vehicle's
+route is empty (``[]``, ``[d]`` or ``[d, d]`` also read as unused).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+SUCCESS_GAP = 0.05
+"""A valid answer succeeds when its objective is within 5% of the reference (the paper's rule)."""
+OBJECTIVE_TOLERANCE = 1e-6
+
+
+@dataclass
+class Verdict:
+    """What the checker found: ``valid`` when the routes pass every constraint and the reported
+    objective agrees with them; ``objective`` recomputed from the routes (None when the routes
+    could not be read); ``violations`` one line each, fed back to the LLM."""
+
+    valid: bool
+    objective: float | None
+    violations: list[str] = field(default_factory=list)
+
+    def gap(self, reference: float) -> float | None:
+        """The relative optimality gap |y - y*| / |y*| of a valid answer, else None."""
+        if not self.valid or self.objective is None:
+            return None
+        return abs(self.objective - reference) / abs(reference)
+
+
+def route_distance(distance: list[list[int]], route: list[int], closed: bool) -> int:
+    """The length of one route (with the return to its first node when ``closed``)."""
+    stops = route + route[:1] if closed and route and route[-1] != route[0] else route
+    return sum(distance[a][b] for a, b in zip(stops, stops[1:], strict=False))
+
+
+def read_routes(routes, instance: dict, families: set[str]) -> tuple[list[list[int]], list[str]]:
+    """The routes as lists of ints, trailing depots stripped to the customers visited, or the
+    reasons they cannot be read."""
+    n = len(instance["distance"])
+    if not isinstance(routes, list | tuple):
+        return [], [f"routes must be a list of lists of node indices, got {type(routes).__name__}"]
+    vehicles = instance["num_vehicles"]
+    if len(routes) > vehicles:
+        return [], [f"{len(routes)} routes returned for {vehicles} vehicles"]
+    depots = instance["vehicle_depots"]
+    closed = "open" not in families
+    out, problems = [], []
+    for k, route in enumerate(routes):
+        if not isinstance(route, list | tuple) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in route
+        ):
+            return [], [f"route {k} must be a list of integer node indices, got {route!r:.80}"]
+        if any(not 0 <= v < n for v in route):
+            return [], [f"route {k} has a node outside 0..{n - 1}: {list(route)!r:.80}"]
+        route = list(route)
+        if len(route) <= 1 or (len(route) == 2 and route[0] == route[1] == depots[k]):
+            if route and route[0] != depots[k]:
+                problems.append(f"route {k} must start at its depot {depots[k]}, starts at {route[0]}")
+            out.append([])
+            continue
+        if route[0] != depots[k]:
+            problems.append(f"route {k} must start at its depot {depots[k]}, starts at {route[0]}")
+        if closed:
+            if route[-1] != depots[k]:
+                problems.append(f"route {k} must end at its depot {depots[k]}, ends at {route[-1]}")
+            inner = route[1:-1]
+        else:
+            inner = route[1:-1] if route[-1] == depots[k] else route[1:]
+        out.append(inner)
+    return out, problems
+
+
+def check_answer(instance: dict, families: list[str], routes, reported) -> Verdict:
+    """Check ``routes`` (one list per vehicle) and the ``reported`` objective against every
+    constraint of a problem of the given constraint ``families`` on ``instance``."""
+    fams = set(families)
+    visits, problems = read_routes(routes, instance, fams)
+    if not visits and problems:
+        return Verdict(False, None, problems)
+    d = instance["distance"]
+    n = len(d)
+    depots = instance["vehicle_depots"]
+    depot_nodes = set(instance["depots"])
+    closed = "open" not in fams
+    seen: dict[int, int] = {}
+    for k, inner in enumerate(visits):
+        for v in inner:
+            if v in depot_nodes:
+                problems.append(f"route {k} visits depot {v} as a customer")
+            elif v in seen:
+                problems.append(f"customer {v} is visited twice (routes {seen[v]} and {k})")
+            seen.setdefault(v, k)
+    customers = [i for i in range(n) if i not in depot_nodes]
+    missing = [i for i in customers if i not in seen]
+    if missing and "prize" not in fams:
+        problems.append(f"customers never visited: {missing[:10]}{' ...' if len(missing) > 10 else ''}")
+    objective = 0.0
+    for k, inner in enumerate(visits):
+        if not inner:
+            continue
+        route = [depots[k], *inner] + ([depots[k]] if closed else [])
+        length = route_distance(d, route, closed=False)
+        objective += length
+        problems += route_constraints(instance, fams, k, route, length)
+    if "prize" in fams:
+        objective += sum(instance["penalty"][i] for i in missing)
+    if "pickup_delivery" in fams:
+        for p, q in instance["pickup_delivery_pairs"]:
+            if seen.get(p) != seen.get(q):
+                problems.append(f"pickup {p} and its delivery {q} are not on the same route")
+    problems += objective_problem(reported, objective)
+    return Verdict(not problems, objective, problems)
+
+
+def objective_problem(reported, objective: float) -> list[str]:
+    """A line when the reported objective is not a finite number agreeing with the routes'."""
+    if isinstance(reported, bool) or not isinstance(reported, int | float) or not math.isfinite(reported):
+        return [f"the objective must be a finite number, got {reported!r:.60}"]
+    if abs(reported - objective) > OBJECTIVE_TOLERANCE * max(1.0, abs(objective)):
+        return [f"the reported objective {reported:g} disagrees with its routes, whose objective is {objective:g}"]
+    return []
+
+
+def route_constraints(instance: dict, fams: set[str], k: int, route: list[int], length: int) -> list[str]:
+    """The violations of one route ``route`` (depot first; the depot last when closed) of vehicle k."""
+    problems = []
+    inner = route[1:-1] if route[-1] == route[0] and len(route) > 1 and "open" not in fams else route[1:]
+    if "capacity" in fams:
+        if "pickup_delivery" in fams:
+            load, position = 0, {v: i for i, v in enumerate(inner)}
+            for v in inner:
+                load += instance["demand"][v]
+                if not 0 <= load <= instance["capacity"]:
+                    problems.append(f"route {k}: load {load} after node {v} is outside 0..{instance['capacity']}")
+                    break
+            for p, q in instance["pickup_delivery_pairs"]:
+                if p in position and q in position and position[p] > position[q]:
+                    problems.append(f"route {k}: delivery {q} comes before its pickup {p}")
+        else:
+            load = sum(instance["demand"][v] for v in inner)
+            if load > instance["capacity"]:
+                problems.append(f"route {k}: load {load} exceeds the capacity {instance['capacity']}")
+    if "resources" in fams:
+        volume = sum(instance["volume"][v] for v in inner)
+        if volume > instance["volume_capacity"]:
+            problems.append(f"route {k}: volume {volume} exceeds the volume capacity {instance['volume_capacity']}")
+    if "distance_limit" in fams and length > instance["max_route_distance"]:
+        problems.append(f"route {k}: distance {length} exceeds the limit {instance['max_route_distance']}")
+    if "time_windows" in fams or "service_time" in fams:
+        problems += schedule_problems(instance, fams, k, route)
+    return problems
+
+
+def schedule_problems(instance: dict, fams: set[str], k: int, route: list[int]) -> list[str]:
+    """Simulate the route in time: travel time equals distance, service starts on arrival or at the
+    window's opening, whichever is later, and must start by the window's close."""
+    d = instance["distance"]
+    service = instance["service_time"] if "service_time" in fams else [0] * len(d)
+    windows = instance["time_windows"] if "time_windows" in fams else None
+    t = windows[route[0]][0] if windows else 0
+    for a, b in zip(route, route[1:], strict=False):
+        t += service[a] + d[a][b]
+        if windows:
+            t = max(t, windows[b][0])
+            if t > windows[b][1]:
+                what = "returns to depot" if b == route[0] else "starts serving"
+                return [f"route {k} {what} {b} at time {t}, after its window closes at {windows[b][1]}"]
+    if route[-1] != route[0]:
+        t += service[route[-1]]  # an open route ends when its last service ends
+    if windows is None and t > instance["max_route_duration"]:
+        return [f"route {k} ends at time {t}, after the duration limit {instance['max_route_duration']}"]
+    return []

