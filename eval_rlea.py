@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import tyro
 from ppoor.agents.episodes import METHODS, PLANNED, allowed_actions, rollout, summarize
+from ppoor.eval import check_writable
 from ppoor.models.runs import MAX_SEED, fail
 from ppoor.rlea import CHECKPOINT, LLM_LIMITS, LLMArgs, check_args, encode, make_embedder, make_llms
 
@@ -37,7 +38,7 @@ class Args(LLMArgs):
     split: Literal["train", "test", "all"] = "test"
     """which problems of the folder"""
     only: tuple[str, ...] = ()
-    """problem names to run (default: every problem of the split)"""
+    """problem names to run, of any split (default: every problem of --split)"""
     seed: int = 1
     """seed of the action draws and the local model's sampling"""
     online_memory: bool = False
@@ -86,9 +87,9 @@ def main(argv: list[str] | None = None) -> None:
     needs_planner = [m for m in args.methods if m in NEED_PLANNER]
     if needs_planner and not args.planner:
         problems_found.append(f"--methods {' '.join(needs_planner)} need --planner (an rlea.py run folder)")
-    if args.output and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
-        problems_found.append(f"--output {args.output}: its folder does not exist")
     fail(problems_found)
+    output = args.output or os.path.join("runs", f"eval_rlea__{args.seed}__{int(time.time())}.json")
+    check_writable("--output", output)
 
     from ppoor.agents.executor import Executor
     from ppoor.agents.memory import Memory
@@ -98,17 +99,15 @@ def main(argv: list[str] | None = None) -> None:
     from ppoor.agents.sandbox import Sandbox
 
     try:
-        problems = load_problems(args.problems or shipped_problems(), args.split)
+        problems = load_problems(args.problems or shipped_problems(), "all" if args.only else args.split)
         q_net, ckpt = load_planner(args.planner) if args.planner else (None, None)
     except ValueError as exc:
         fail([str(exc)])
     if args.only:
         unknown = sorted(set(args.only) - {p["name"] for p in problems})
         if unknown:
-            fail([f"--only: no problem {', '.join(unknown)} in the {args.split} split"])
+            fail([f"--only: no problem {', '.join(unknown)} in {args.problems or shipped_problems()}"])
         problems = [p for p in problems if p["name"] in args.only]
-    output = args.output or os.path.join("runs", f"eval_rlea__{args.seed}__{int(time.time())}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
 
     random.seed(args.seed)
     np.random.seed(args.seed)

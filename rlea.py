@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         run_dir = os.path.dirname(path)
         run_name = os.path.basename(run_dir)
     else:
-        run_name, run_dir = new_run_dir(f"{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name, run_dir = new_run_dir(f"{args.exp_name}__{args.seed}")
     try:
         problems = load_problems(args.problems or shipped_problems(), args.split)
     except ValueError as exc:

@@ -23,7 +23,7 @@ from checks import SHARED
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.M | re.S)
-SCRIPTS = ("ppo_or.py", "eval.py", "ppo_flatland.py", "eval_flatland.py")
+SCRIPTS = ("ppo_or.py", "eval.py", "ppo_flatland.py", "eval_flatland.py", "rlea.py", "eval_rlea.py")
 
 
 def snippets() -> list:
@@ -92,6 +92,11 @@ def check_only(argv: list[str], cwd: Path, monkeypatch) -> None:
         evaluator.check_args(parsed)
         if "RUN" not in parsed.checkpoint:
             assert latest_checkpoint(parsed.checkpoint).is_file(), parsed.checkpoint
+    elif script in ("rlea.py", "eval_rlea.py"):
+        from ppoor import eval_rlea, rlea
+
+        module = rlea if script == "rlea.py" else eval_rlea
+        assert rlea.check_args(tyro.cli(module.Args, args=args), module.LIMITS) == [], script
     else:
         pytest.importorskip("flatland", reason="flatland-rl is an optional extra")
         from ppoor import eval_flatland, ppo_flatland

@@ -410,7 +410,8 @@ def script(*args, timeout=600):
           "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-model", "m"], "cannot be read"),
         (["eval_rlea.py", "--only", "nope", "--methods", "standard", "--llm-backend", "openai",
           "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-model", "m"], "no problem nope"),
-        (["eval_rlea.py", "--output", "/nonexistent/x.json", "--methods", "standard"], "its folder does not exist"),
+        (["eval_rlea.py", "--output", "/proc/none/x.json", "--methods", "standard"], "cannot write there"),
+        (["eval_rlea.py", "--output", "tests", "--methods", "standard"], "is a folder"),
     ],
 )
 def test_bad_arguments_fail_with_one_line(args, message):
