@@ -16,6 +16,7 @@ import random
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -24,7 +25,7 @@ import tyro
 from ppoor.agents.episodes import METHODS, PLANNED, allowed_actions, rollout, summarize
 from ppoor.eval import check_writable
 from ppoor.models.runs import MAX_SEED, fail
-from ppoor.rlea import CHECKPOINT, LLM_LIMITS, LLMArgs, check_args, encode, make_embedder, make_llms
+from ppoor.rlea import LLM_LIMITS, PLANNER, LLMArgs, check_args, encode, make_embedder, make_llms
 
 Method = Literal["standard", "cot", "self_refine", "rlea", "random", "fixed", "rlea_no_rag", "rlea_no_memory"]
 
@@ -32,7 +33,7 @@ Method = Literal["standard", "cot", "self_refine", "rlea", "random", "fixed", "r
 @dataclass
 class Args(LLMArgs):
     planner: str | None = None
-    """an rlea.py run folder (or its rlea.pt): the planner and its memory; needed by rlea and its ablations"""
+    """an rlea.py run folder (or its planner.pt), or a shipped planner's name: the planner and its memory; needed by rlea and its ablations"""
     methods: tuple[Method, ...] = METHODS
     """the methods to run"""
     split: Literal["train", "test", "all"] = "test"
@@ -49,15 +50,26 @@ class Args(LLMArgs):
 
 LIMITS = LLM_LIMITS | {"seed": (0, MAX_SEED)}
 NEED_PLANNER = ("rlea", "rlea_no_rag", "rlea_no_memory")
+SHIPPED = Path(__file__).resolve().parent / "checkpoints" / "rlea"
+
+
+def planner_file(path: str) -> str:
+    """The planner file ``--planner`` names: a file, a run folder (its planner.pt), or the name of a
+    shipped planner (checkpoints/rlea/<name>/)."""
+    if not os.path.exists(path) and (SHIPPED / path).is_dir():
+        path = str(SHIPPED / path)
+    return os.path.join(path, PLANNER) if os.path.isdir(path) else path
 
 
 def load_planner(path: str):
     """(soft Q-network, checkpoint) of an rlea.py run."""
     from ppoor.agents.planner import SoftQNetwork
 
-    file = os.path.join(path, CHECKPOINT) if os.path.isdir(path) else path
+    file = planner_file(path)
     if not os.path.isfile(file):
-        raise ValueError(f"--planner: {file} does not exist (give an rlea.py run folder or its {CHECKPOINT})")
+        shipped = ", ".join(sorted(p.name for p in SHIPPED.iterdir())) if SHIPPED.is_dir() else "none"
+        raise ValueError(f"--planner: {file} does not exist (give an rlea.py run folder, its {PLANNER}, "
+                         f"or a shipped planner: {shipped})")
     try:
         ckpt = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -116,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
 
     base_memory, embed, alpha = Memory(), None, 1.0
     if ckpt is not None:
-        planner_dir = os.path.dirname(os.path.join(args.planner, CHECKPOINT) if os.path.isdir(args.planner) else args.planner)
+        planner_dir = os.path.dirname(planner_file(args.planner))
         base_memory = Memory.load(os.path.join(planner_dir, "memory.json"))
         planner_args = copy.copy(args)
         planner_args.embedder = ckpt["args"]["embedder"]

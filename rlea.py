@@ -31,6 +31,8 @@ from ppoor.models.runs import (
     check_numbers,
     exp_name_problem,
     fail,
+    flag,
+    given_fields,
     log_hyperparameters,
     new_run_dir,
     start_wandb,
@@ -147,7 +149,8 @@ LIMITS = LLM_LIMITS | {
     "max_grad_norm": (1e-6, 1e6),
     "checkpoint_interval": (0, 1_000_000),
 }
-CHECKPOINT = "rlea.pt"
+CHECKPOINT = "rlea.pt"  # the training state: networks, optimizer, replay buffer
+PLANNER = "planner.pt"  # the soft Q-network alone, what eval_rlea.py needs (with memory.json beside it)
 
 
 def check_args(args, limits: dict) -> list[str]:
@@ -217,6 +220,10 @@ def main(argv: list[str] | None = None) -> None:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(ckpt, dict) or ckpt.get("script") != "rlea.py":
             fail([f"--resume: {path} is not an rlea.py checkpoint"])
+        changed = [flag(f) for f in sorted(given_fields(Args, argv) - {"resume", "episodes"})
+                   if getattr(args, f) != ckpt["args"].get(f)]
+        if changed:
+            fail([f"--resume: {', '.join(changed)} cannot change when resuming (only --episodes can)"])
         saved = Args(**{**ckpt["args"], "episodes": args.episodes, "resume": args.resume})
         if ckpt["episode"] >= saved.episodes:
             fail([f"--resume: the run already finished {ckpt['episode']} of --episodes {saved.episodes}; raise --episodes"])
@@ -274,6 +281,8 @@ def main(argv: list[str] | None = None) -> None:
                          "totals": totals, "q_net": q_net.state_dict(), "target_net": target_net.state_dict(),
                          "optimizer": optimizer.state_dict(), "buffer": buffer.state_dict(),
                          "state_dim": state_dim, "embedder": embed.name}, path)
+        save_checkpoint({"script": "rlea.py", "args": asdict(args), "episode": episode, "q_net": q_net.state_dict(),
+                         "state_dim": state_dim, "embedder": embed.name}, os.path.join(run_dir, PLANNER))
         memory.save(memory_path)
         embed.save()
         return path

@@ -442,6 +442,8 @@ def test_a_real_run_with_the_local_model_trains_checkpoints_and_resumes(tmp_path
     report = json.loads(out.read_text())
     assert set(report["totals"]) == {"standard", "rlea"} and report["per_problem"]["rlea"][0]["problem"] == "vrp-c"
     assert "| rlea | 1 |" in evaluated.stdout
+    changed = script("rlea.py", "--resume", run_dir, "--episodes", "3", "--t-max", "2")
+    assert changed.returncode != 0 and "--t-max cannot change when resuming" in changed.stderr
     finished = script("rlea.py", "--resume", run_dir, "--episodes", "2")
     assert finished.returncode != 0 and "already finished" in finished.stderr
     import shutil
