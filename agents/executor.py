@@ -160,7 +160,8 @@ class Executor:
         text, _ = self.ask(self.memory_llm, "distill", 200, families=", ".join(problem["families"]),
                            trajectory=trajectory, outcome=outcome)
         lessons = parse_lessons(text)
-        self.memory.add(problem, [{"action": a.action, "feedback": a.feedback[:300]} for a in attempts], outcome, lessons)
+        steps = [{"action": a.action, "code": a.code[:2000], "feedback": a.feedback[:500]} for a in attempts]
+        self.memory.add(problem, steps, outcome, lessons)
         return lessons
 
 

@@ -26,7 +26,8 @@ class Lesson:
 
 @dataclass
 class Memory:
-    """``trajectories``: {problem, families, steps: [{action, feedback}], outcome}; ``lessons``."""
+    """``trajectories``: {problem, families, steps: [{action, code, feedback}], outcome}, where each
+    step's feedback is the error or the checker's verdict that the next step fixes; ``lessons``."""
 
     trajectories: list[dict] = field(default_factory=list)
     lessons: list[Lesson] = field(default_factory=list)

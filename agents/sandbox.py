@@ -147,6 +147,7 @@ class Sandbox:
     def __init__(self, seconds: float = 60.0, memory_mb: int = 2048, output_chars: int = 2000):
         self.seconds, self.memory_mb, self.output_chars = seconds, memory_mb, output_chars
         self.network = network_isolation()
+        self.libc = ctypes.CDLL(None, use_errno=True)
         paths = sysconfig.get_paths()
         self.drop_user = os.geteuid() == 0 and all(
             others_can_enter(p) for p in (sys.executable, paths["stdlib"], paths["purelib"], paths["platlib"])
@@ -162,7 +163,8 @@ class Sandbox:
         )
 
     def limits(self) -> None:
-        """In the child, before Python starts: resource limits, network namespace, user."""
+        """In the child, between fork and exec, kept to system calls (the libc handle is loaded
+        beforehand): resource limits, network namespace, user."""
         megabytes = self.memory_mb * 1024 * 1024
         cpu = int(self.seconds) + 1
         resource.setrlimit(resource.RLIMIT_AS, (megabytes, megabytes))
@@ -170,11 +172,10 @@ class Sandbox:
         resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        libc = ctypes.CDLL(None, use_errno=True)
         if self.network == "namespace":
-            libc.unshare(CLONE_NEWNET)
+            self.libc.unshare(CLONE_NEWNET)
         elif self.network == "user namespace":
-            libc.unshare(CLONE_NEWUSER | CLONE_NEWNET)
+            self.libc.unshare(CLONE_NEWUSER | CLONE_NEWNET)
         if self.drop_user:
             os.setgroups([])
             os.setgid(NOBODY)
