@@ -63,19 +63,15 @@ def planner_file(path: str) -> str:
 
 def load_planner(path: str):
     """(soft Q-network, checkpoint) of an rlea.py run."""
-    from ppoor.agents.planner import SoftQNetwork
+    from ppoor.agents.planner import SoftQNetwork, read_checkpoint
 
     file = planner_file(path)
-    if not os.path.isfile(file):
-        shipped = ", ".join(sorted(p.name for p in SHIPPED.iterdir())) if SHIPPED.is_dir() else "none"
-        raise ValueError(f"--planner: {file} does not exist (give an rlea.py run folder, its {PLANNER}, "
-                         f"or a shipped planner: {shipped})")
+    shipped = ", ".join(sorted(p.name for p in SHIPPED.iterdir())) if SHIPPED.is_dir() else "none"
     try:
-        ckpt = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise ValueError(f"--planner: {file} cannot be read ({type(exc).__name__})") from None
-    if not isinstance(ckpt, dict) or ckpt.get("script") != "rlea.py":
-        raise ValueError(f"--planner: {file} is not an rlea.py checkpoint")
+        ckpt = read_checkpoint(file)
+    except ValueError as exc:
+        raise ValueError(f"--planner: {exc} (give an rlea.py run folder, its {PLANNER}, or a shipped planner: "
+                         f"{shipped})") from None
     q_net = SoftQNetwork(ckpt["state_dim"], ckpt["args"]["hidden"])
     q_net.load_state_dict(ckpt["q_net"])
     return q_net.eval(), ckpt

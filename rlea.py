@@ -205,7 +205,15 @@ def main(argv: list[str] | None = None) -> None:
     from ppoor.agents.episodes import rollout, summarize
     from ppoor.agents.executor import Executor
     from ppoor.agents.memory import Memory
-    from ppoor.agents.planner import ACTIONS, ReplayBuffer, SoftQNetwork, alpha_at, sample_action, soft_q_update
+    from ppoor.agents.planner import (
+        ACTIONS,
+        ReplayBuffer,
+        SoftQNetwork,
+        alpha_at,
+        read_checkpoint,
+        sample_action,
+        soft_q_update,
+    )
     from ppoor.agents.problems import load_problems, shipped_problems
     from ppoor.agents.rag import Retriever
     from ppoor.agents.sandbox import Sandbox
@@ -215,11 +223,12 @@ def main(argv: list[str] | None = None) -> None:
     ckpt = None
     if args.resume:
         path = os.path.join(args.resume, CHECKPOINT) if os.path.isdir(args.resume) else args.resume
-        if not os.path.isfile(path):
-            fail([f"--resume: {path} does not exist (give a run folder of rlea.py or its {CHECKPOINT})"])
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(ckpt, dict) or ckpt.get("script") != "rlea.py":
-            fail([f"--resume: {path} is not an rlea.py checkpoint"])
+        try:
+            ckpt = read_checkpoint(path)
+        except ValueError as exc:
+            fail([f"--resume: {exc} (give a run folder of rlea.py or its {CHECKPOINT})"])
+        if "optimizer" not in ckpt:
+            fail([f"--resume: {path} holds the planner only; resume from the run's {CHECKPOINT}"])
         changed = [flag(f) for f in sorted(given_fields(Args, argv) - {"resume", "episodes"})
                    if getattr(args, f) != ckpt["args"].get(f)]
         if changed:
@@ -228,14 +237,15 @@ def main(argv: list[str] | None = None) -> None:
         if ckpt["episode"] >= saved.episodes:
             fail([f"--resume: the run already finished {ckpt['episode']} of --episodes {saved.episodes}; raise --episodes"])
         args = saved
-        run_dir = os.path.dirname(path)
-        run_name = os.path.basename(run_dir)
-    else:
-        run_name, run_dir = new_run_dir(f"{args.exp_name}__{args.seed}")
     try:
         problems = load_problems(args.problems or shipped_problems(), args.split)
     except ValueError as exc:
         fail([str(exc)])
+    if ckpt is not None:
+        run_dir = os.path.dirname(path)
+        run_name = os.path.basename(run_dir)
+    else:
+        run_name, run_dir = new_run_dir(f"{args.exp_name}__{args.seed}")
     if args.track:
         start_wandb(args, run_name)
     from torch.utils.tensorboard import SummaryWriter

@@ -79,6 +79,22 @@ def alpha_at(step: int, start: float, end: float, decay_steps: int) -> float:
     return start + (end - start) * step / decay_steps
 
 
+def read_checkpoint(path: str) -> dict:
+    """An rlea.py checkpoint (rlea.pt or planner.pt), read weights-only; ValueError with one line
+    when the file is missing, unreadable or of another script."""
+    import os
+
+    if not os.path.isfile(path):
+        raise ValueError(f"{path} does not exist")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many kinds for corrupt or foreign files
+        raise ValueError(f"{path} cannot be read ({type(exc).__name__})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("script") != "rlea.py":
+        raise ValueError(f"{path} is not an rlea.py checkpoint")
+    return ckpt
+
+
 class ReplayBuffer:
     """Transitions (s, a, r, s', d) in a ring of ``capacity``; states are float32 [state_dim]."""
 

@@ -405,6 +405,7 @@ def script(*args, timeout=600):
         (["rlea.py", "--problems", "/nonexistent"], "is not a folder"),
         (["rlea.py", "--memory-model", "x"], "go together"),
         (["rlea.py", "--resume", "/nonexistent"], "does not exist"),
+        (["rlea.py", "--resume", "README.md"], "cannot be read"),
         (["eval_rlea.py", "--methods", "rlea"], "need --planner"),
         (["eval_rlea.py", "--planner", "README.md", "--methods", "rlea", "--llm-backend", "openai",
           "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-model", "m"], "cannot be read"),
