@@ -103,9 +103,9 @@ class Executor:
         self.prompts = prompts or load_prompts()
         self.usage = Usage()
 
-    def ask(self, llm, template: str, max_tokens: int, **values) -> tuple[str, object]:
+    def ask(self, llm, template: str, max_tokens: int, system: str = "system", **values) -> tuple[str, object]:
         messages = [
-            {"role": "system", "content": self.prompts["system"]},
+            {"role": "system", "content": self.prompts[system]},
             {"role": "user", "content": self.prompts[template].format(**values)},
         ]
         reply = llm.chat(messages, max_tokens, self.temperature)
@@ -157,7 +157,7 @@ class Executor:
         """Ask the memory model for lessons from a finished trajectory and store them."""
         trajectory = "\n".join(f"{i + 1}. {a.action}: {a.feedback[:300]}" for i, a in enumerate(attempts))
         outcome = "solved" if attempts[-1].success else "not solved"
-        text, _ = self.ask(self.memory_llm, "distill", 200, families=", ".join(problem["families"]),
+        text, _ = self.ask(self.memory_llm, "distill", 200, "memory_system", families=", ".join(problem["families"]),
                            trajectory=trajectory, outcome=outcome)
         lessons = parse_lessons(text)
         steps = [{"action": a.action, "code": a.code[:2000], "feedback": a.feedback[:500]} for a in attempts]

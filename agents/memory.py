@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 
 MAX_LESSONS = 200
@@ -76,13 +77,17 @@ class Memory:
         self.lessons = self.lessons[-MAX_LESSONS:]
 
 
+ITEM = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)])\s+(\S.{3,})$")
+
+
 def parse_lessons(text: str, limit: int = 3) -> list[str]:
-    """The "- " lines of the memory model's reply (at most ``limit``, each at most 300 characters)."""
+    """The list items ("- x", "* x", "1. x") of the memory model's reply: at most ``limit``
+    distinct ones, each at most 300 characters."""
     out = []
     for line in text.splitlines():
-        line = line.strip()
-        if line.startswith(("- ", "* ")) and len(line) > 4:
-            out.append(line[2:].strip()[:300])
+        match = ITEM.match(line)
+        if match and (item := match.group(1).strip()[:300]) not in out:
+            out.append(item)
     return out[:limit]
 
 
