@@ -52,7 +52,8 @@ def test_the_wheel_holds_one_import_package(installed):
     files = set(zipfile.ZipFile(wheel).namelist())
     for shipped in ("ppoor/checkpoints/tsp20.pt", "ppoor/checkpoints/mtvrp20.pt", "ppoor/ppo_or.py",
                     "ppoor/data/reference_lengths/tsp20_val_seed4321_lkh.npy", "ppoor/agents/prompts.toml",
-                    "ppoor/data/rlea_problems/vrp-c-tw.json", "ppoor/data/rlea_corpus/notes.md", "ppoor/rlea.py"):  # fmt: skip
+                    "ppoor/data/rlea_problems/vrp-c-tw.json", "ppoor/data/rlea_corpus/notes.md", "ppoor/rlea.py",
+                    "ppoor/checkpoints/rlea/smollm2/planner.pt", "ppoor/checkpoints/rlea/smollm2/memory.json"):  # fmt: skip
         assert shipped in files
 
 

@@ -492,3 +492,15 @@ def test_the_openai_backend_speaks_the_chat_completions_protocol():
     assert seen["path"] == "/v1/chat/completions" and seen["auth"] == "Bearer secret"
     assert seen["body"]["model"] == "my-model" and seen["body"]["messages"][0]["content"] == "hi"
     assert reply.text == REPLIES["capacity"] and (reply.prompt_tokens, reply.completion_tokens) == (11, 7)
+
+
+def test_the_shipped_planner_loads_by_name():
+    from ppoor import eval_rlea
+
+    q_net, ckpt = eval_rlea.load_planner("smollm2")
+    assert ckpt["state_dim"] == 2 * 576 and ckpt["args"]["embedder"] == "local"
+    assert q_net(torch.zeros(1, ckpt["state_dim"])).shape == (1, 3)
+    memory = Memory.load(os.path.join(os.path.dirname(eval_rlea.planner_file("smollm2")), "memory.json"))
+    assert memory.trajectories
+    with pytest.raises(ValueError, match="shipped planner: smollm2"):
+        eval_rlea.load_planner("no-such-planner")
