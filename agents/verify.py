@@ -35,10 +35,9 @@ class Verdict:
         return abs(self.objective - reference) / abs(reference)
 
 
-def route_distance(distance: list[list[int]], route: list[int], closed: bool) -> int:
-    """The length of one route (with the return to its first node when ``closed``)."""
-    stops = route + route[:1] if closed and route and route[-1] != route[0] else route
-    return sum(distance[a][b] for a, b in zip(stops, stops[1:], strict=False))
+def route_distance(distance: list[list[int]], route: list[int]) -> int:
+    """The length of one route: the sum of its consecutive legs."""
+    return sum(distance[a][b] for a, b in zip(route, route[1:], strict=False))
 
 
 def read_routes(routes, instance: dict, families: set[str]) -> tuple[list[list[int]], list[str]]:
@@ -107,9 +106,9 @@ def check_answer(instance: dict, families: list[str], routes, reported) -> Verdi
         if not inner:
             continue
         route = [depots[k], *inner] + ([depots[k]] if closed else [])
-        length = route_distance(d, route, closed=False)
+        length = route_distance(d, route)
         objective += length
-        problems += route_constraints(instance, fams, k, route, length)
+        problems += route_constraints(instance, fams, k, route, inner, length)
     if "prize" in fams:
         objective += sum(instance["penalty"][i] for i in missing)
     if "pickup_delivery" in fams:
@@ -129,10 +128,12 @@ def objective_problem(reported, objective: float) -> list[str]:
     return []
 
 
-def route_constraints(instance: dict, fams: set[str], k: int, route: list[int], length: int) -> list[str]:
-    """The violations of one route ``route`` (depot first; the depot last when closed) of vehicle k."""
+def route_constraints(
+    instance: dict, fams: set[str], k: int, route: list[int], inner: list[int], length: int
+) -> list[str]:
+    """The violations of vehicle k's ``route`` (depot first; the depot last when closed), whose
+    customers are ``inner``, of ``length``."""
     problems = []
-    inner = route[1:-1] if route[-1] == route[0] and len(route) > 1 and "open" not in fams else route[1:]
     if "capacity" in fams:
         if "pickup_delivery" in fams:
             load, position = 0, {v: i for i, v in enumerate(inner)}
