@@ -27,7 +27,7 @@ from ppoor.data.datasets import STANDARD_SETS, DataError, Dataset, load_data
 from ppoor.data.references import solve_reference
 from ppoor.data.solution_files import split_routes, write_solution
 from ppoor.envs import ENV_IDS, ENV_VARIANTS, VECTOR_ENVS
-from ppoor.envs.vrp import MIXED, VARIANTS
+from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import CheckpointError, keep_freed_memory, latest_checkpoint, load_agent
 from ppoor.models.runs import MAX_SECONDS, MAX_SEED, MAX_THREADS, check_numbers, fail, memory_problem
 from ppoor.search import decode
@@ -46,13 +46,13 @@ class Args:
     """path of a ppo_or.py checkpoint (or a run folder: its latest checkpoint) or of a published RLOR agent state dict"""
     data: str = "test"
     """test / val (the standard sets: Kool et al.'s for TSP and CVRP, regenerated bit-exactly; the multi-task
-    generator's for VRP variants; kool-test / kool-val are aliases), an .npz file, a .tsp / .vrp / Solomon .txt
+    RouteFinder's for VRP variants; kool-test / kool-val are aliases), an .npz file, a .tsp / .vrp / Solomon .txt
     file or a folder of them"""
     problem: Literal[tuple(VECTOR_ENVS)] | None = None
     """the problem; None takes the checkpoint's (a given one must match it)"""
-    variant: Literal[tuple(dict.fromkeys([*VARIANTS, MIXED, *ENV_VARIANTS.values()]))] | None = None
-    """the variant of the test / val set where the problem has several: VRP models a VRP variant (all:
-    attributes drawn per instance), pickup and delivery pdp / cpdp, orienteering the prize type const / unif /
+    variant: Literal[tuple(dict.fromkeys([*VARIANTS, *MIXES, *ENV_VARIANTS.values()]))] | None = None
+    """the variant of the test / val set where the problem has several: VRP models one of the 48 VRP variants
+    (RouteFinder's test sets) or a mix (all: one of the 48 per instance, classic: one of the 16), pickup and delivery pdp / cpdp, orienteering the prize type const / unif /
     dist; None takes the checkpoint's training variant"""
     num_nodes: int | None = None
     """size of the test / val instances; None takes the checkpoint's training size"""
@@ -144,9 +144,9 @@ penalties of skipped customers (PCTSP), length + uncollected prizes (PCVRP)."""
 
 
 def variants_of(problem: str) -> set:
-    """The variants of a problem's test sets (the VRP's 16 and "all")."""
+    """The variants of a problem's test sets (the VRP's 48 and its mixes)."""
     if problem == "mtvrp":
-        return {*VARIANTS, MIXED}
+        return {*VARIANTS, *MIXES}
     return {v for env_id, v in ENV_VARIANTS.items() if ENV_IDS[env_id] == problem}
 
 
@@ -214,7 +214,7 @@ def plot_routes(path: str, groups: list, results: list, count: int, label: str) 
     for ax, (group, result, i) in zip(axes[0], items, strict=True):
         points = group.node_points(i)
         tour = result["tours"][i]
-        depots = len(group.instances["depots"][i]) if group.problem == "mdvrp" else 0 if group.problem == "tsp" else 1
+        depots = len(group.instances["depots"][i]) if group.problem == "mtvrp" else 0 if group.problem == "tsp" else 1
         paths = route_paths(group, i, tour, depots)
         colours = plt.get_cmap("tab10" if len(paths) <= 10 else "tab20")
         for k, (nodes, text) in enumerate(paths):
@@ -256,7 +256,7 @@ def route_paths(group: Dataset, i: int, tour: np.ndarray, depots: int) -> list[t
         depot = route[0] if depots > 1 else 0
         customers = route[1:] if depots > 1 else route
         nodes = np.array([depot, *customers, depot])
-        edges = tour_length(points, nodes, closed=False, rounding=group.rounding, free_returns=group.free_returns(i))
+        edges = tour_length(points, nodes[:-1] if group.free_returns(i) else nodes, closed=False, rounding=group.rounding)
         text = f"route {k + 1}: {len(customers)} stops"
         if demand is not None:
             text += f", load {demand[np.array(customers) - depots].sum():.0%}"
@@ -358,7 +358,7 @@ def main(args: Args) -> None:
                 + (f" (its variants: {', '.join(sorted(variants))})" if variants else " (it has no variants)")
             )
         variant = args.variant or ENV_VARIANTS.get(
-            ckpt.get("args", {}).get("env_id"), MIXED if problem == "mtvrp" else None
+            ckpt.get("args", {}).get("env_id"), "classic" if problem == "mtvrp" else None
         )
         size = args.num_nodes or ckpt["num_nodes"]
         if args.data in STANDARD_SETS:  # before drawing the set: the size and count are known

@@ -16,15 +16,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from ppoor.data import routefinder
 from ppoor.envs import VECTOR_ENVS, instance_kwargs, standard_dataset
 from ppoor.envs.instances import STATIC_KEYS, check_instances
 from ppoor.envs.vrp import STATIC_KEYS as VRP_KEYS
 from ppoor.envs.vrp import check_vrp_instances
-from ppoor.search.solutions import COSTS, EDGE_WEIGHT_TYPES, distance_matrix, geo_radians, tour_length
+from ppoor.search.solutions import (
+    COSTS,
+    EDGE_WEIGHT_TYPES,
+    InvalidTourError,
+    distance_matrix,
+    geo_radians,
+    tour_length,
+    vrp_cost,
+)
 
 FILE_SUFFIXES = (".tsp", ".vrp", ".txt")
 STANDARD_SETS = {"kool-test": "test", "kool-val": "val", "test": "test", "val": "val"}
-FAMILY_PROBLEMS = ("mrcvrp", "pdp", "op", "pctsp", "pcvrp", "mdvrp")
+FAMILY_PROBLEMS = ("mrcvrp", "pdp", "op", "pctsp", "pcvrp")
 """The further constraint families: generated and .npz data only, scored by ``search.solutions.COSTS``."""
 REFERENCE_COLUMNS = ("distance", "cost", "value", "length", "optimal_length", "best_known_cost", "reference")
 
@@ -53,7 +62,8 @@ class Dataset:
 
     def reported_length(self, index: int, tour: np.ndarray) -> float:
         """The length of ``tour`` (actions) of instance ``index`` in the data's own units."""
-        if self.problem in FAMILY_PROBLEMS:  # a cost that is not (only) a length: the problem's own
+        if self.problem in FAMILY_PROBLEMS or (self.problem == "mtvrp" and self.rounding == "exact"):
+            # the problem's own cost: not (only) a length, or free moves between depots
             return COSTS[self.problem]({key: value[index] for key, value in self.instances.items()}, tour)
         closed = self.problem == "tsp"
         nodes = tour if closed else np.concatenate([[0], tour])
@@ -73,7 +83,7 @@ class Dataset:
         if self.points is not None:
             return self.points[index]
         coords = self.instances["coords"][index]
-        if self.problem == "mdvrp":  # the depots first, as the actions
+        if self.problem == "mtvrp":  # the depots first, as the actions
             return np.concatenate([self.instances["depots"][index], coords])
         return coords if self.problem == "tsp" else np.concatenate([self.instances["depot"][index][None], coords])
 
@@ -185,34 +195,55 @@ def npz_dataset(path: Path, problem: str, instances: dict, data: dict) -> Datase
 
 
 def load_vrp_npz(path: Path, data: dict) -> Dataset:
-    """A multi-task VRP .npz: ``depot`` [B, 2], ``coords`` [B, n, 2] (unit square), integer
-    ``demand_linehaul`` and ``demand_backhaul`` [B, n] (a customer has one or the other), ``capacity``
-    (scalar or [B]), ``time_windows`` [B, n + 1, 2] and ``service_time`` [B, n + 1] (depot first),
-    ``distance_limit`` [B], ``open_route`` [B] (bool), optional ``reference`` [B]. An absent
-    attribute may be left out: no backhauls, windows [0, inf] and no service, no limit, closed routes.
-    ``demand`` is read as ``demand_linehaul`` (a CVRP file is a VRP file without attributes)."""
+    """A multi-task VRP .npz in either layout.
+
+    RouteFinder's / RL4CO's (``locs`` present; what ``routefinder/data/generate.py`` and RL4CO's
+    ``MTVRPGenerator`` save, read as they are): ``locs`` [B, k + n, 2] with the ``num_depots`` [B, 1]
+    depots first (1 without it); ``demand_linehaul`` / ``demand_backhaul`` [B, n] in units of
+    ``vehicle_capacity`` [B, 1] (1 without it); ``backhaul_class`` [B, 1] (1 classic, 2 mixed);
+    ``open_route``, ``distance_limit`` [B, 1]; ``time_windows`` [B, k + n, 2], ``service_time``
+    [B, k + n]; ``speed`` [B, 1] (times are scaled by it, so that travel time equals distance);
+    ``capacity_original`` is ignored.
+
+    Ours: ``depot`` [B, 2] or ``depots`` [B, k, 2], ``coords`` [B, n, 2] (unit square), integer
+    ``demand_linehaul`` and ``demand_backhaul`` [B, n] (a customer has one or the other),
+    ``capacity`` (scalar or [B]), ``backhaul_class`` [B], ``time_windows`` [B, k + n, 2] and
+    ``service_time`` [B, k + n] (depots first), ``distance_limit`` [B], ``open_route`` [B] (bool).
+    ``demand`` is read as ``demand_linehaul`` (a CVRP file is a VRP file without attributes).
+
+    Both: optional ``reference`` [B]; an absent attribute may be left out (no backhauls, windows
+    [0, inf] and no service, no limit, closed routes)."""
+    if "locs" in data:
+        try:
+            data = routefinder.read_arrays(data)
+        except ValueError as exc:
+            raise DataError(f"{path}: {exc}") from exc
     if "demand_linehaul" not in data and "demand" in data:
         data["demand_linehaul"] = data.pop("demand")
-    required = ["depot", "coords", "demand_linehaul", "capacity"]
+    if "depot" in data and "depots" not in data:
+        data["depots"] = np.asarray(data.pop("depot"))[:, None]
+    required = ["depots", "coords", "demand_linehaul", "capacity"]
     missing = [k for k in required if k not in data]
     if missing:
         raise DataError(
-            f"{path}: a VRP .npz file needs the keys {required} (+ optional demand_backhaul, time_windows, "
-            f"service_time, distance_limit, open_route, reference); missing {missing}"
+            f"{path}: a VRP .npz file needs the keys {required} ('depot' for one depot; + optional demand_backhaul, "
+            f"backhaul_class, time_windows, service_time, distance_limit, open_route, reference), or RouteFinder's "
+            f"'locs' layout; missing {missing}"
         )
     unknown = [k for k in data if k not in (*VRP_KEYS, "capacity", "reference")]
     if unknown:
         raise DataError(f"{path}: unknown keys {unknown}; a VRP .npz file has {[*VRP_KEYS, 'capacity', 'reference']}")
-    coords = np.asarray(data["coords"])
-    if coords.ndim != 3:
-        raise DataError(f"{path}: 'coords' must have shape [B, n, 2], got {list(coords.shape)}")
-    m, n = coords.shape[:2]
-    windows = np.zeros((m, n + 1, 2))
+    coords, depots = np.asarray(data["coords"]), np.asarray(data["depots"])
+    if coords.ndim != 3 or depots.ndim != 3:
+        raise DataError(f"{path}: 'coords' must have shape [B, n, 2] and 'depots' [B, k, 2]")
+    (m, n), k = coords.shape[:2], depots.shape[1]
+    windows = np.zeros((m, k + n, 2))
     windows[..., 1] = np.inf
     defaults = {
         "demand_backhaul": np.zeros(np.shape(data["demand_linehaul"])),
+        "backhaul_class": np.ones(m),
         "time_windows": windows,
-        "service_time": np.zeros((m, n + 1)),
+        "service_time": np.zeros((m, k + n)),
         "distance_limit": np.full(m, np.inf),
         "open_route": np.zeros(m, dtype=bool),
     }
@@ -349,10 +380,11 @@ def vrp_attributes(cvrp: dict) -> dict:
     windows = np.zeros((1, n + 1, 2))
     windows[..., 1] = np.inf
     return {
-        "depot": cvrp["depot"],
+        "depots": cvrp["depot"][:, None],
         "coords": cvrp["coords"],
         "demand_linehaul": cvrp["demand"],
         "demand_backhaul": np.zeros((1, n)),
+        "backhaul_class": np.ones(1),
         "time_windows": windows,
         "service_time": np.zeros((1, n + 1)),
         "distance_limit": np.array([np.inf]),
@@ -482,6 +514,72 @@ def take_first(groups: list[Dataset], count: int) -> list[Dataset]:
     return taken
 
 
+SOLUTION_TOLERANCE = 0.003
+"""How far a solution file's tour may overrun a window, the distance limit or the capacity and still
+give its reference: RouteFinder's PyVRP solutions are found on data rounded to 1e-3."""
+
+
+def solution_references(groups: list[Dataset], path: Path) -> None:
+    """References from a solution file of RouteFinder's (``actions`` [B, T] giant tours, ``costs``
+    [B], which it stores negated): every tour is re-scored by our checker (``search.solutions``) and
+    its recomputed cost is the reference. A tour that overruns a bound by at most
+    ``SOLUTION_TOLERANCE`` still counts (reported: they come from rounded data); one that breaks the
+    problem otherwise is an error."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            actions, costs = np.asarray(archive["actions"]), np.asarray(archive["costs"], dtype=np.float64)
+    except (KeyError, ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise DataError(
+            f"--references {path}: not a solution .npz with 'actions' [B, T] and 'costs' [B] ({exc})"
+        ) from exc
+    total = sum(len(g.names) for g in groups)
+    if any(g.problem != "mtvrp" for g in groups):
+        raise DataError(f"--references {path}: solution files are for VRP models (RouteFinder's format)")
+    if actions.ndim != 2 or len(actions) < total or costs.shape != (len(actions),) or actions.dtype.kind not in "iu":
+        raise DataError(
+            f"--references {path}: needs integer 'actions' [B, T] and 'costs' [B] for at least {total} instances"
+        )
+    offset, overruns, worst, drift = 0, 0, 0.0, 0.0
+    for g in groups:
+        k = g.instances["depots"].shape[1]
+        for i in range(len(g.names)):
+            instance = {key: value[i] for key, value in g.instances.items()}
+            tour = routefinder.giant_tour_actions(actions[offset + i], k)
+            try:
+                cost = vrp_cost(instance, tour)
+            except InvalidTourError:
+                try:
+                    cost = vrp_cost(instance, tour, tolerance=SOLUTION_TOLERANCE)
+                except InvalidTourError as exc:
+                    raise DataError(
+                        f"--references {path}: solution {offset + i} is not a solution of {g.names[i]}: {exc}"
+                    ) from exc
+                overruns += 1
+                worst = max(worst, overrun(instance, tour))
+            g.references[i] = cost
+            drift = max(drift, abs(cost - abs(costs[offset + i])))
+        offset += len(g.names)
+    print(
+        f"references from {path}: {total} solutions re-scored by the checker; {overruns} overrun a window, the"
+        f" distance limit or the capacity by at most {worst:.4f} (found on data rounded to 1e-3), kept with their"
+        f" recomputed cost; the file's costs differ from the recomputed ones by at most {drift:.4f}",
+        flush=True,
+    )
+
+
+def overrun(instance: dict, tour: np.ndarray) -> float:
+    """The smallest tolerance under which ``tour`` passes the checker (to 1e-5)."""
+    low, high = 0.0, SOLUTION_TOLERANCE
+    while high - low > 1e-5:
+        middle = (low + high) / 2
+        try:
+            vrp_cost(instance, tour, tolerance=middle)
+            high = middle
+        except InvalidTourError:
+            low = middle
+    return high
+
+
 def check_references(what: str, problem: str, references: np.ndarray) -> None:
     """Reference costs must be finite where known (NaN: unknown) and have the sign of the problem's
     costs: positive lengths, negative for orienteering (minus the prize)."""
@@ -493,11 +591,15 @@ def check_references(what: str, problem: str, references: np.ndarray) -> None:
 
 
 def apply_references(groups: list[Dataset], path: Path) -> None:
-    """Fills references from an .npy of lengths (in instance order) or a CSV whose first column is
-    the instance name and whose value column is the one headed distance / cost / value / length /
-    optimal_length / best_known_cost / reference, else the last (one header row)."""
+    """Fills references from an .npy of lengths (in instance order), a solution .npz (RouteFinder's
+    ``actions`` and ``costs``, ``solution_references``) or a CSV whose first column is the instance
+    name and whose value column is the one headed distance / cost / value / length / optimal_length /
+    best_known_cost / reference, else the last (one header row)."""
     if not path.is_file():
         raise DataError(f"--references {path}: no such file")
+    if path.suffix == ".npz":
+        solution_references(groups, path)
+        return
     if path.suffix == ".npy":
         try:
             values = np.load(path, allow_pickle=False).astype(np.float64)

@@ -5,11 +5,12 @@ whose licence is for non-commercial use only. Distances are made integer as the 
 rounded instance distances for TSPLIB / CVRPLIB files, unit-square distances scaled by 10^4
 otherwise (so the reference length is re-measured on the returned tour, in reported units).
 
-PyVRP expresses every attribute of the multi-task VRP exactly: time windows, service durations
-and the depot's horizon; the route-length limit (``max_distance``); open routes as free arcs back to
-the depot (distance and duration 0, so neither L nor the horizon sees the return); and the strict
-linehaul-before-backhaul order as forbidden (prohibitively long) arcs from a backhaul to a
-linehaul, with deliveries and pickups as PyVRP's delivery and pickup loads. Times and lengths are
+PyVRP expresses every attribute of the multi-task VRP exactly: several depots (a vehicle type per
+depot), time windows, service durations and the depots' horizon; the route-length limit
+(``max_distance``); open routes as free arcs back to the depots (distance and duration 0, so
+neither L nor the horizon sees the return); deliveries and pickups as PyVRP's delivery and pickup
+loads, checked along the route (mixed backhauls), and the strict linehaul-before-backhaul order of
+classic backhauls as forbidden (prohibitively long) arcs from a backhaul to a linehaul. Times and lengths are
 rounded conservatively (travel up, window openings and service up, closings and limits down), so
 that a solution feasible for PyVRP is feasible for the real instance; it is checked nonetheless.
 """
@@ -26,7 +27,7 @@ from ppoor.envs.instances import KOOL_SEEDS
 from ppoor.search.solutions import INTEGER_ROUNDINGS, depot_points, vrp_cost
 
 UNIT_SCALE = 10_000
-SOLVERS = {"lkh": ("tsp",), "pyvrp": ("cvrp", "mtvrp", "mrcvrp", "pcvrp", "mdvrp"), "ortools": ("pdp", "op", "pctsp")}
+SOLVERS = {"lkh": ("tsp",), "pyvrp": ("cvrp", "mtvrp", "mrcvrp", "pcvrp"), "ortools": ("pdp", "op", "pctsp")}
 LOAD_SCALE = 1_000_000  # demands are fractions of the capacity
 
 
@@ -122,8 +123,11 @@ def pyvrp_depot_routes(
 
 
 def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
-    """Actions (customers 1..n, 0 = depot) of PyVRP's best solution of a multi-task VRP instance
-    within ``seconds``, checked against the instance (``search.solutions.vrp_cost``)."""
+    """Actions (depots 0..k-1, customers k..) of PyVRP's best solution of a multi-task VRP instance
+    within ``seconds``, checked against the instance (``search.solutions.vrp_cost``): one vehicle type
+    per depot, starting and ending there; mixed backhauls are PyVRP's own pickups and deliveries
+    (the load checked along the route), classic ones add the forbidden arcs. As the env's actions:
+    from depot 0, a move to each route's depot where it differs, its customers, its return."""
     try:
         from pyvrp import Model
         from pyvrp.stop import MaxRuntime
@@ -136,21 +140,26 @@ def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
         )
     inst = {key: value[index] for key, value in dataset.instances.items()}
     points = dataset.node_points(index)
-    n = len(points) - 1
+    k, n = len(inst["depots"]), len(inst["coords"])
     travel = scaled_distances(points)  # exact coordinates: benchmark files were refused above
     if inst["open_route"]:
-        travel[:, 0] = 0
-    delivery = np.rint(np.concatenate([[0.0], inst["demand_linehaul"]]) * LOAD_SCALE).astype(int)
-    pickup = np.rint(np.concatenate([[0.0], inst["demand_backhaul"]]) * LOAD_SCALE).astype(int)
+        travel[:, :k] = 0
+    zeros = np.zeros(k)
+    delivery = np.rint(np.concatenate([zeros, inst["demand_linehaul"]]) * LOAD_SCALE).astype(int)
+    pickup = np.rint(np.concatenate([zeros, inst["demand_backhaul"]]) * LOAD_SCALE).astype(int)
     windows, service = inst["time_windows"], inst["service_time"]
     model = Model()
-    closes = np.isfinite(windows[0, 1]) and not inst["open_route"]  # an open route's end is not checked
-    horizon = late(windows[0, 1]) if closes else {}
-    limit = {"max_distance": scale_down(inst["distance_limit"])} if np.isfinite(inst["distance_limit"]) else {}
-    model.add_vehicle_type(num_available=n, capacity=LOAD_SCALE, tw_early=scale_up(windows[0, 0]), **horizon, **limit)
     nodes = [model.add_location(x=float(x), y=float(y)) for x, y in points]
-    model.add_depot(nodes[0])
-    for i in range(1, n + 1):
+    limit = {"max_distance": scale_down(inst["distance_limit"])} if np.isfinite(inst["distance_limit"]) else {}
+    for d in range(k):
+        depot = model.add_depot(nodes[d])
+        closes = np.isfinite(windows[d, 1]) and not inst["open_route"]  # an open route's end is not checked
+        horizon = late(windows[d, 1]) if closes else {}
+        model.add_vehicle_type(
+            num_available=n, capacity=LOAD_SCALE, start_depot=depot, end_depot=depot,
+            tw_early=scale_up(windows[d, 0]), **horizon, **limit,
+        )  # fmt: skip
+    for i in range(k, k + n):
         model.add_client(
             nodes[i],
             delivery=int(delivery[i]),
@@ -159,15 +168,19 @@ def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
             tw_early=scale_up(windows[i, 0]),
             **late(windows[i, 1]),
         )
-    forbidden = 1_000 * UNIT_SCALE * (n + 1)  # longer than any solution: a backhaul never precedes a linehaul
+    classic = float(inst["backhaul_class"]) == 1
+    forbidden = 1_000 * UNIT_SCALE * (n + k)  # longer than any solution: a backhaul never precedes a linehaul
     for i, a in enumerate(nodes):
         for j, b in enumerate(nodes):
-            blocked = pickup[i] > 0 and delivery[j] > 0
+            blocked = classic and pickup[i] > 0 and delivery[j] > 0
             model.add_edge(a, b, distance=forbidden if blocked else int(travel[i, j]), duration=int(travel[i, j]))
     result = model.solve(stop=MaxRuntime(seconds), display=False)
-    tour = []
+    tour, here = [], 0
     for route in result.best.routes():
-        tour += [activity.idx + 1 for activity in route if activity.is_client()] + [0]
+        depot = route.start_depot()
+        tour += ([depot] if depot != here else []) + [k + activity.idx for activity in route if activity.is_client()]
+        tour.append(depot)
+        here = depot
     tour = np.asarray(tour)
     vrp_cost(inst, tour)  # raises InvalidTourError if PyVRP's best is not a feasible solution
     return tour
@@ -355,58 +368,12 @@ def cpsat_prize_tour(instance: dict, seconds: float, min_prize: float = 1.0) -> 
     return np.asarray(tour + [0])
 
 
-def pyvrp_mdvrp_tour(instance: dict, seconds: float) -> np.ndarray:
-    """PyVRP's best multi-depot solution within ``seconds`` (one vehicle type per depot, starting and
-    ending there; windows, service and the depots' horizon rounded conservatively as for the VRP), as
-    the env's actions: from depot 0, a move to the next route's depot where it differs, the route's
-    customers (k + i) and its return."""
-    try:
-        from pyvrp import Model
-        from pyvrp.stop import MaxRuntime
-    except ImportError as exc:
-        raise ImportError("--reference-solver pyvrp needs PyVRP: pip install pyvrp") from exc
-    depots, coords = np.asarray(instance["depots"]), np.asarray(instance["coords"])
-    k, n = len(depots), len(coords)
-    points = np.concatenate([depots, coords])
-    travel = scaled_distances(points)
-    windows, service = instance["time_windows"], instance["service_time"]
-    model = Model()
-    nodes = [model.add_location(x=float(x), y=float(y)) for x, y in points]
-    for d in range(k):
-        depot = model.add_depot(nodes[d], tw_early=scale_up(windows[d, 0]), **late(windows[d, 1]))
-        model.add_vehicle_type(
-            num_available=n, capacity=LOAD_SCALE, start_depot=depot, end_depot=depot, tw_early=scale_up(windows[d, 0]),
-            **late(windows[d, 1]),
-        )  # fmt: skip
-    for i in range(n):
-        model.add_client(
-            nodes[k + i],
-            delivery=int(np.rint(instance["demand"][i] * LOAD_SCALE)),
-            service_duration=scale_up(service[k + i]),
-            tw_early=scale_up(windows[k + i, 0]),
-            **late(windows[k + i, 1]),
-        )
-    for i, a in enumerate(nodes):
-        for j, b in enumerate(nodes):
-            model.add_edge(a, b, distance=int(travel[i, j]), duration=int(travel[i, j]))
-    result = model.solve(stop=MaxRuntime(seconds), display=False)
-    tour, here = [], 0
-    for route in result.best.routes():
-        depot = route.start_depot()
-        if depot != here:
-            tour.append(depot)
-        tour += [k + activity.idx for activity in route if activity.is_client()] + [depot]
-        here = depot
-    return np.asarray(tour)
-
-
 FAMILY_SOLVERS = {
     "mrcvrp": pyvrp_family_tour,
     "pcvrp": pyvrp_family_tour,
     "pdp": ortools_pdp_tour,
     "op": cpsat_prize_tour,
     "pctsp": cpsat_prize_tour,
-    "mdvrp": pyvrp_mdvrp_tour,
 }
 """problem -> solver(instance arrays, seconds) -> tour (actions), for the further constraint families."""
 

@@ -62,7 +62,7 @@ def write_solution(folder: str, group, index: int, tour: np.ndarray, cost: float
         path = Path(folder) / f"{name}.tour"
         write_tour(path, group.names[index], tour, cost)
         return path
-    depots = len(group.instances["depots"][index]) if group.problem == "mdvrp" else 1
+    depots = len(group.instances["depots"][index]) if group.problem == "mtvrp" else 1
     path = Path(folder) / f"{name}.sol"
     vrplib.write_solution(path, split_routes(tour, depots), {"Cost": f"{cost:g}"})
     return path

@@ -1,11 +1,12 @@
 """Bi-level vectorized NumPy environments for routing problems, registered with gymnasium.
 
-``import envs`` registers ``tsp-v0``, ``cvrp-v0``, the 15 other VRP variants (``ovrp-v0`` ..
-``ovrpbltw-v0``, see ``envs.vrp``), ``mtvrp-v0`` (the VRP attributes drawn per instance), and the
-further constraint families: ``mrcvrp-v0`` (two resources, ``envs.mrcvrp``), ``pdp-v0`` and
-``cpdp-v0`` (pickup and delivery, ``envs.pdp``), ``op-v0`` (with ``op-const-v0`` / ``op-unif-v0`` for
-Kool et al.'s other prize types), ``pctsp-v0`` and ``pcvrp-v0`` (prize collecting, ``envs.prize``),
-``mdvrp-v0`` and ``mdvrptw-v0`` (multiple depots, ``envs.mdvrp``):
+``import envs`` registers ``tsp-v0``, ``cvrp-v0``, the 47 other VRP variants of RouteFinder
+(``ovrp-v0`` .. ``mdovrpmbltw-v0``, see ``envs.vrp``; ``mdvrp-v0`` is ``mdcvrp-v0``), ``mtvrp-v0``
+(one of the 16 classic variants drawn per instance, RL4CO's mix) and ``mtvrp48-v0`` (one of all
+48), and the further constraint families: ``mrcvrp-v0`` (two resources, ``envs.mrcvrp``), ``pdp-v0``
+and ``cpdp-v0`` (pickup and delivery, ``envs.pdp``), ``op-v0`` (with ``op-const-v0`` /
+``op-unif-v0`` for Kool et al.'s other prize types), ``pctsp-v0`` and ``pcvrp-v0`` (prize
+collecting, ``envs.prize``):
 ``gymnasium.make("vrptw-v0", num_nodes=50, n_traj=50)`` gives one instance x N trajectories;
 ``gymnasium.make_vec("tsp-v0", num_envs=1024, vectorization_mode="vector_entry_point",
 num_nodes=50, n_traj=50)`` gives the native M x N vector env.
@@ -22,16 +23,16 @@ from ppoor.envs.instances import (
     random_instances,
     standard_count,
 )
-from ppoor.envs.mdvrp import MDVRPEnv, MDVRPVectorEnv
 from ppoor.envs.mrcvrp import MRCVRPEnv, MRCVRPVectorEnv
 from ppoor.envs.pdp import PDPEnv, PDPVectorEnv
 from ppoor.envs.prize import OPEnv, OPVectorEnv, PCTSPEnv, PCTSPVectorEnv, PCVRPEnv, PCVRPVectorEnv
 from ppoor.envs.tsp import TSPEnv, TSPVectorEnv
-from ppoor.envs.vrp import MIXED, TEST_SET_SIZE, VARIANTS, VRPEnv, VRPVectorEnv, vrp_dataset
+from ppoor.envs.vrp import TEST_SET_SIZE, VARIANTS, VRPEnv, VRPVectorEnv, vrp_dataset
 
 ENV_IDS = {"tsp-v0": "tsp", "cvrp-v0": "cvrp"}
 """env id -> problem (the model family: tsp, cvrp, or mtvrp for the multi-task VRP env)."""
-ENV_VARIANTS = {f"{name}-v0": name for name in VARIANTS if name != "cvrp"} | {"mtvrp-v0": MIXED}
+ENV_VARIANTS = {f"{name}-v0": name for name in VARIANTS if name != "cvrp"}
+ENV_VARIANTS |= {"mdvrp-v0": "mdcvrp", "mtvrp-v0": "classic", "mtvrp48-v0": "all"}
 """env id -> VRP variant of the multi-task env (``cvrp-v0`` keeps its own env and model, which the
 published RLOR checkpoint needs; the multi-task env's "cvrp" variant is the same problem)."""
 ENV_IDS |= dict.fromkeys(ENV_VARIANTS, "mtvrp")
@@ -44,8 +45,6 @@ FAMILY_ENVS = {  # env id -> (single env, vector env, variant or None)
     "op-unif-v0": (OPEnv, OPVectorEnv, "unif"),
     "pctsp-v0": (PCTSPEnv, PCTSPVectorEnv, None),
     "pcvrp-v0": (PCVRPEnv, PCVRPVectorEnv, None),
-    "mdvrp-v0": (MDVRPEnv, MDVRPVectorEnv, "mdvrp"),
-    "mdvrptw-v0": (MDVRPEnv, MDVRPVectorEnv, "mdvrptw"),
 }
 ENV_IDS |= {env_id: vector.problem for env_id, (_, vector, _) in FAMILY_ENVS.items()}
 ENV_VARIANTS |= {env_id: variant for env_id, (_, _, variant) in FAMILY_ENVS.items() if variant}
@@ -55,14 +54,14 @@ VECTOR_ENVS |= {vector.problem: vector for _, vector, _ in FAMILY_ENVS.values()}
 
 def instance_kwargs(problem: str, instances: dict) -> dict:
     """The env arguments that fixed ``instances`` (static arrays [M, ...]) set: the number of depots of
-    multi-depot instances."""
-    shape = np.shape(instances.get("depots")) if problem == "mdvrp" else ()
+    VRP instances."""
+    shape = np.shape(instances.get("depots")) if problem == "mtvrp" else ()
     return {"num_depots": shape[1]} if len(shape) == 3 and shape[1] >= 1 else {}
 
 
 def start_count(problem: str, num_nodes: int, **kwargs) -> int:
     """How many distinct first actions a multi-start rollout has (TSP: every node; the depot problems:
-    every customer; pickup and delivery: the pickups; multiple depots: the customers and the other
+    every customer; pickup and delivery: the pickups; several depots: the customers and the other
     depots). ``kwargs``: further env arguments (``instance_kwargs``)."""
     return len(VECTOR_ENVS[problem](num_envs=1, num_nodes=num_nodes, **kwargs).start_actions)
 
@@ -71,11 +70,11 @@ def standard_dataset(
     problem: str, num_nodes: int, split: str = "test", num_instances: int | None = None, variant: str | None = None
 ) -> dict:
     """The fixed test ("test") or validation ("val") set of a problem: Kool et al.'s for TSP and CVRP,
-    the multi-task generator's for ``variant`` (default: mixed) of the VRP (``envs.vrp.vrp_dataset``);
+    RouteFinder's for ``variant`` (default: the classic mix) of the VRP (``envs.vrp.vrp_dataset``);
     for the other families the first ``num_instances`` of 1,000 instances their env draws from seed
     1234 (test) or 4321 (val), of ``variant`` where the family has several."""
     if problem == "mtvrp":
-        return vrp_dataset(variant or MIXED, num_nodes, split, num_instances)
+        return vrp_dataset(variant or "classic", num_nodes, split, num_instances)
     if problem in ("tsp", "cvrp"):
         return kool_dataset(problem, num_nodes, split, num_instances)
     count = standard_count(split, num_instances, TEST_SET_SIZE)

@@ -15,10 +15,11 @@ STATIC_KEYS = {
     "tsp": ("coords",),
     "cvrp": ("depot", "coords", "demand"),
     "mtvrp": (  # the multi-task VRP env, see envs.vrp
-        "depot",
+        "depots",
         "coords",
         "demand_linehaul",
         "demand_backhaul",
+        "backhaul_class",
         "time_windows",
         "service_time",
         "distance_limit",
@@ -29,7 +30,6 @@ STATIC_KEYS = {
     "op": ("depot", "coords", "prize", "max_length"),  # the prize-collecting problems, see envs.prize
     "pctsp": ("depot", "coords", "prize", "penalty"),
     "pcvrp": ("depot", "coords", "demand", "prize"),
-    "mdvrp": ("depots", "coords", "demand", "time_windows", "service_time"),  # depots first, see envs.mdvrp
 }
 KOOL_CAPACITY = {10: 20.0, 20: 30.0, 50: 40.0, 100: 50.0}
 KOOL_SEEDS = {"test": 1234, "val": 4321}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 from ppoor.models.agent import Agent
+from ppoor.models.problems import upgrade_vrp_weights
 
 FORMAT = "ppo-or/1"
 
@@ -135,6 +136,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
             "model": convert_rlor_state_dict(obj),
         }
     if isinstance(obj, dict) and obj.get("format") == FORMAT:
+        if obj.get("problem") == "mtvrp" and isinstance(obj.get("model"), dict):
+            obj["model"] = upgrade_vrp_weights(obj["model"])
         return obj
     raise CheckpointError(f"{path} is neither a ppo-or checkpoint nor an RLOR agent state dict")
 

@@ -133,34 +133,39 @@ def finite_or_zero(x: torch.Tensor) -> torch.Tensor:
 
 
 class VRPEmbedding(StaticEmbedding):
-    """The multi-task VRP (``envs.vrp``): one embedding for all 16 variants, as in RouteFinder.
+    """The multi-task VRP (``envs.vrp``): one embedding for all 48 variants, as in RouteFinder.
 
     Customers [B, n, 7]: x, y, linehaul demand, backhaul demand, window opening and closing, service
-    time. Depot [B, 7]: x, y and the instance's attributes: open, distance limit, backhaul present,
-    time windows present, depot closing. An absent attribute's features are 0 (infinite closings and
-    limits included), so one model reads every variant. -> node embeddings [B, n + 1, d], depot first.
+    time. Each of the k depots [B, k, 8]: x, y, the instance's attributes (open, distance limit,
+    backhauls present, time windows present), its window's closing, mixed backhauls. An absent
+    attribute's features are 0 (infinite closings and limits included), so one model reads every
+    variant. -> node embeddings [B, k + n, d], depots first (the action order).
     """
+
+    depot_features = 8
 
     def __init__(self, embed_dim: int):
         super().__init__()
-        self.depot = nn.Linear(7, embed_dim)
+        self.depot = nn.Linear(self.depot_features, embed_dim)
         self.node = nn.Linear(7, embed_dim)
 
     def forward(self, static: dict) -> torch.Tensor:
-        windows = finite_or_zero(static["time_windows"])  # [B, n + 1, 2]
+        k = static["depots"].shape[1]
+        windows = finite_or_zero(static["time_windows"])  # [B, k + n, 2]
         customers = torch.cat(
             [
                 static["coords"],
                 static["demand_linehaul"][..., None],
                 static["demand_backhaul"][..., None],
-                windows[:, 1:],
-                static["service_time"][:, 1:, None],
+                windows[:, k:],
+                static["service_time"][:, k:, None],
             ],
             dim=-1,
         )
-        flags = instance_flags(static)
-        depot = torch.cat([static["depot"], flags, windows[:, 0, 1:]], dim=-1)
-        return torch.cat([self.depot(depot)[:, None], self.node(customers)], dim=1)
+        flags = instance_flags(static)[:, None].expand(-1, k, -1)
+        mixed = (static["backhaul_class"] == 2).to(flags.dtype)[:, None, None].expand(-1, k, 1)
+        depots = torch.cat([static["depots"], flags, windows[:, :k, 1:], mixed], dim=-1)
+        return torch.cat([self.depot(depots), self.node(customers)], dim=1)
 
 
 def instance_flags(static: dict) -> torch.Tensor:
@@ -178,27 +183,28 @@ def instance_flags(static: dict) -> torch.Tensor:
 
 
 class VRPContext(nn.Module):
-    """[last node embedding ; remaining linehaul and backhaul capacity, current time (0 without time
-    windows), route length and length left (0 without a limit), open route]."""
+    """[last node embedding ; the current route's depot embedding (where it returns) ; remaining
+    linehaul and backhaul capacity, current time (0 without time windows), route length and length
+    left (0 without a limit), open route]."""
 
-    node_slots = 1
+    node_slots = 2
     num_features = 6
 
     def __init__(self, embed_dim: int):
         super().__init__()
-        self.context_dim = embed_dim + self.num_features
+        self.context_dim = 2 * embed_dim + self.num_features
 
     def node_rows(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """[B, n + 1, 1, d]: the nodes' projected embeddings."""
+        """[B, k + n, 2, d]: the nodes' embeddings projected by both node slots."""
         return project_slots(h, weight, self.node_slots)
 
     def forward(self, cache, state: dict, weight: torch.Tensor) -> torch.Tensor:
-        """Projected step context [B, N, d]; ``weight`` [d, d + 6] is the context projection."""
-        last = sum_slot_rows(cache.node_context, state["last_node"][..., None])
+        """Projected step context [B, N, d]; ``weight`` [d, 2d + 6] is the context projection."""
+        nodes = sum_slot_rows(cache.node_context, torch.stack([state["last_node"], state["route_depot"]], dim=-1))
         timed = torch.isfinite(state["time_windows"][:, 0, 1])[:, None]  # [B, 1]
         limit = state["distance_limit"][:, None]
         limited = torch.isfinite(limit)
-        zero = torch.zeros((), dtype=last.dtype, device=last.device)
+        zero = torch.zeros((), dtype=nodes.dtype, device=nodes.device)
         length = torch.where(limited, state["route_length"], zero)
         features = torch.stack(
             [
@@ -207,11 +213,26 @@ class VRPContext(nn.Module):
                 torch.where(timed, state["current_time"], zero),
                 length,
                 torch.where(limited, limit - length, zero),
-                state["open_route"].to(last.dtype)[:, None].expand_as(length),
+                state["open_route"].to(nodes.dtype)[:, None].expand_as(length),
             ],
             dim=-1,
         )
-        return last + features @ weight[:, -self.num_features :].T
+        return nodes + features @ weight[:, -self.num_features :].T
+
+
+def upgrade_vrp_weights(model: dict) -> dict:
+    """Weights of a multi-task VRP model from before multiple depots and mixed backhauls (7 depot
+    features, one node slot in the context) in today's layout: the new inputs get zero weights, so
+    the model computes what it computed on the 16 classic variants."""
+    depot = model.get("embedding.depot.weight")
+    if depot is None or depot.shape[1] != VRPEmbedding.depot_features - 1:
+        return model
+    context = model["decoder.project_context.weight"]
+    d = context.shape[0]
+    return model | {
+        "embedding.depot.weight": torch.cat([depot, depot.new_zeros(d, 1)], dim=1),
+        "decoder.project_context.weight": torch.cat([context[:, :d], context.new_zeros(d, d), context[:, d:]], dim=1),
+    }
 
 
 PROBLEM_MODULES["mtvrp"] = (VRPEmbedding, VRPContext)
@@ -248,50 +269,3 @@ PROBLEM_MODULES |= {
     "pctsp": _family(("prize", "penalty"), 4, ("remaining_prize",), 1),
     "pcvrp": _family(("demand", "prize"), 4, ("current_load",), 1),
 }
-
-
-class MDVRPEmbedding(StaticEmbedding):
-    """Multiple depots (``envs.mdvrp``): each depot [x, y, window opening and closing (0 if none)] and
-    each customer [x, y, demand, window opening and closing (0 if none), service time], by two linear
-    maps. -> node embeddings [B, k + n, d], depots first (the action order)."""
-
-    def __init__(self, embed_dim: int):
-        super().__init__()
-        self.depot = nn.Linear(4, embed_dim)
-        self.node = nn.Linear(6, embed_dim)
-
-    def forward(self, static: dict) -> torch.Tensor:
-        k = static["depots"].shape[1]
-        windows = finite_or_zero(static["time_windows"])  # [B, k + n, 2]
-        depots = torch.cat([static["depots"], windows[:, :k]], dim=-1)
-        customers = torch.cat(
-            [static["coords"], static["demand"][..., None], windows[:, k:], static["service_time"][:, k:, None]], dim=-1
-        )
-        return torch.cat([self.depot(depots), self.node(customers)], dim=1)
-
-
-class MDVRPContext(nn.Module):
-    """[last node embedding ; the current route's depot embedding ; remaining load, current time (0
-    without time windows)]: the route's depot is where it must return."""
-
-    node_slots = 2
-    num_features = 2
-
-    def __init__(self, embed_dim: int):
-        super().__init__()
-        self.context_dim = 2 * embed_dim + self.num_features
-
-    def node_rows(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """[B, k + n, 2, d]: the nodes' embeddings projected by both node slots."""
-        return project_slots(h, weight, self.node_slots)
-
-    def forward(self, cache, state: dict, weight: torch.Tensor) -> torch.Tensor:
-        """Projected step context [B, N, d]; ``weight`` [d, 2d + 2] is the context projection."""
-        nodes = sum_slot_rows(cache.node_context, torch.stack([state["last_node"], state["route_depot"]], dim=-1))
-        timed = torch.isfinite(state["time_windows"][:, 0, 1])[:, None]  # [B, 1]
-        zero = torch.zeros((), dtype=nodes.dtype, device=nodes.device)
-        features = torch.stack([state["current_load"], torch.where(timed, state["current_time"], zero)], dim=-1)
-        return nodes + features @ weight[:, -self.num_features :].T
-
-
-PROBLEM_MODULES["mdvrp"] = (MDVRPEmbedding, MDVRPContext)

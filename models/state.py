@@ -19,13 +19,15 @@ from ppoor.envs.instances import STATIC_KEYS
 DYNAMIC_KEYS = {
     "tsp": ("action_mask", "first_node", "last_node", "is_initial_action"),
     "cvrp": ("action_mask", "last_node", "current_load"),
-    "mtvrp": ("action_mask", "last_node", "remaining_linehaul", "remaining_backhaul", "current_time", "route_length"),
+    "mtvrp": (
+        *("action_mask", "last_node", "route_depot"),
+        *("remaining_linehaul", "remaining_backhaul", "current_time", "route_length"),
+    ),
     "mrcvrp": ("action_mask", "last_node", "current_load"),
     "pdp": ("action_mask", "last_node", "current_load"),
     "op": ("action_mask", "last_node", "remaining_length"),
     "pctsp": ("action_mask", "last_node", "remaining_prize"),
     "pcvrp": ("action_mask", "last_node", "current_load"),
-    "mdvrp": ("action_mask", "last_node", "route_depot", "current_load", "current_time"),
 }
 
 

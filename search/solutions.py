@@ -112,53 +112,82 @@ def validate_tour(problem: str, tour: np.ndarray, num_nodes: int, demand: np.nda
             raise InvalidTourError(f"CVRP route exceeds the vehicle capacity ({load:.4f} of 1)")
 
 
-def vrp_cost(instance: dict, tour: np.ndarray) -> float:
+def vrp_routes(tour: np.ndarray, num_depots: int, num_nodes: int) -> list[tuple[int, list[int]]]:
+    """Splits a multi-task VRP ``tour`` (actions 0..k-1 the depots, k.. the customers; from depot 0)
+    into its routes (depot, customers). A depot action at a depot moves there before a route; after
+    a customer it is the return and must be the route's own depot. Raises ``InvalidTourError`` unless
+    every customer is served exactly once, the tour ends at a depot and no route is empty."""
+    k, tour = num_depots, [int(a) for a in np.asarray(tour).reshape(-1)]
+    if not np.array_equal(np.sort([a for a in tour if a >= k]), np.arange(k, k + num_nodes)):
+        raise InvalidTourError(f"VRP tour does not serve each of the {num_nodes} customers exactly once")
+    if not tour or tour[-1] >= k or min(tour) < 0:
+        raise InvalidTourError("VRP tour does not end at a depot")
+    routes, depot, here, customers = [], 0, 0, []
+    for node in tour:
+        if node >= k:
+            customers.append(node)
+        elif customers:
+            if node != depot:
+                raise InvalidTourError(f"VRP route {[depot, *customers]} from depot {depot} ends at depot {node}")
+            routes.append((depot, customers))
+            customers = []
+        elif node == here:
+            raise InvalidTourError(f"VRP tour has an empty route (depot {node} twice in a row)")
+        else:
+            depot = node
+        here = node
+    return routes
+
+
+def vrp_cost(instance: dict, tour: np.ndarray, tolerance: float = TIME_TOLERANCE) -> float:
     """Checks a multi-task VRP solution and returns its cost (unit-square Euclidean; the returns to
     the depot free on open routes). Raises ``InvalidTourError`` unless it is feasible.
 
-    ``instance``: one instance's arrays as in ``envs.vrp.STATIC_KEYS`` (no instance axis);
-    ``tour``: actions 0 (depot) .. n starting at the first route (the depot start implied) and ending
-    at the depot, each customer exactly once, no empty route. Checked per route: linehaul and
-    backhaul loads within capacity (1), no linehaul after a backhaul, service starting within each
-    window (waiting allowed; a route starts at the depot's opening), the return within the depot's
-    closing and the route length (return included) within the limit, both unless the route is open.
+    ``instance``: one instance's arrays as in ``envs.vrp.STATIC_KEYS`` (no instance axis; a single
+    ``depot`` [2] is read as one depot); ``tour``: as ``vrp_routes`` reads it. Checked per route,
+    from the definitions: the load on board (the route's deliveries from the start, less those made,
+    plus the pickups made) within capacity (1) after every stop; with ``backhaul_class`` 1 (or none
+    given) no linehaul after a backhaul; service starting within each window (waiting allowed; a
+    route starts at its depot's opening); the return by the depot's closing and the route length
+    (return included) within the limit, both unless the route is open.
     """
-    tour = np.asarray(tour)
-    check_routes("VRP", tour, len(instance["coords"]))
-    points = np.concatenate([np.asarray(instance["depot"])[None], instance["coords"]])
-    linehaul = np.concatenate([[0.0], instance["demand_linehaul"]])
-    backhaul = np.concatenate([[0.0], instance["demand_backhaul"]])
-    windows, service = instance["time_windows"], instance["service_time"]
+    depots = np.asarray(instance["depots"] if "depots" in instance else np.asarray(instance["depot"])[None])
+    coords = np.asarray(instance["coords"])
+    k, n = len(depots), len(coords)
+    points = np.concatenate([depots, coords])
+    linehaul = np.concatenate([np.zeros(k), instance["demand_linehaul"]])
+    backhaul = np.concatenate([np.zeros(k), instance["demand_backhaul"]])
+    classic = float(instance.get("backhaul_class", 1)) == 1
+    windows, service = np.asarray(instance["time_windows"]), np.asarray(instance["service_time"])
     is_open, limit = bool(instance["open_route"]), float(instance["distance_limit"])
     cost = 0.0
-    for route in np.split(tour, np.flatnonzero(tour == 0)[:-1] + 1):  # each ends at the depot
-        stops = [0, *route.tolist()]
-        loads, time, length, picked = [0.0, 0.0], float(windows[0, 0]), 0.0, False
-        for a, b in zip(stops[:-1], stops[1:], strict=True):
+    for depot, customers in vrp_routes(tour, k, n):
+        route = [depot, *customers]
+        load = float(linehaul[customers].sum())
+        time, length, picked = float(windows[depot, 0]), 0.0, False
+        if load > 1 + max(tolerance, CAPACITY_TOLERANCE):
+            raise InvalidTourError(f"VRP route {route} leaves with more than the vehicle capacity ({load:.4f} of 1)")
+        for a, b in zip(route[:-1], customers, strict=True):
             step = float(np.hypot(*(points[b] - points[a])))
-            if b == 0:  # the return: free and unchecked on an open route
-                if not is_open:
-                    cost += step
-                    length += step
-                    if time + step > windows[0, 1] + TIME_TOLERANCE:
-                        raise InvalidTourError(f"VRP route {stops} returns to the depot after it closes")
-                continue
             cost += step
             length += step
-            if backhaul[b] > 0:
-                picked = True
-                loads[1] += backhaul[b]
-            elif picked:
-                raise InvalidTourError(f"VRP route {stops} serves linehaul customer {b} after a backhaul")
-            else:
-                loads[0] += linehaul[b]
-            if max(loads) > 1 + CAPACITY_TOLERANCE:
-                raise InvalidTourError(f"VRP route {stops} exceeds the vehicle capacity ({max(loads):.4f} of 1)")
-            if time + step > windows[b, 1] + TIME_TOLERANCE:
-                raise InvalidTourError(f"VRP route {stops} reaches customer {b} after its window closes")
+            if classic and picked and linehaul[b] > 0:
+                raise InvalidTourError(f"VRP route {route} serves linehaul customer {b} after a backhaul")
+            picked |= backhaul[b] > 0
+            load += float(backhaul[b] - linehaul[b])
+            if load > 1 + max(tolerance, CAPACITY_TOLERANCE):
+                raise InvalidTourError(f"VRP route {route} exceeds the vehicle capacity after {b} ({load:.4f} of 1)")
+            if time + step > windows[b, 1] + tolerance:
+                raise InvalidTourError(f"VRP route {route} reaches customer {b} after its window closes")
             time = max(time + step, float(windows[b, 0])) + float(service[b])
-        if length > limit + TIME_TOLERANCE:
-            raise InvalidTourError(f"VRP route {stops} is longer ({length:.4f}) than the distance limit {limit:g}")
+        if not is_open:  # the return: free and unchecked on an open route
+            step = float(np.hypot(*(points[depot] - points[customers[-1]])))
+            cost += step
+            length += step
+            if time + step > windows[depot, 1] + tolerance:
+                raise InvalidTourError(f"VRP route {route} returns to depot {depot} after it closes")
+        if length > limit + tolerance:
+            raise InvalidTourError(f"VRP route {route} is longer ({length:.4f}) than the distance limit {limit:g}")
     return cost
 
 
@@ -268,49 +297,6 @@ def pcvrp_cost(instance: dict, tour: np.ndarray) -> float:
     return length + float(np.asarray(instance["prize"])[skipped - 1].sum())
 
 
-def mdvrp_cost(instance: dict, tour: np.ndarray) -> float:
-    """Checks a multi-depot solution (``envs.mdvrp``: actions 0..k-1 the depots, k.. the customers;
-    from depot 0, a depot action at a depot with an empty route moves there at no cost, a depot action
-    after a customer is the return and must be the route's own depot; every customer once, each
-    route's load within capacity, windows kept with waiting and service, each route back by its
-    depot's closing) and returns its length."""
-    tour = np.asarray(tour)
-    depots, coords = np.asarray(instance["depots"]), np.asarray(instance["coords"])
-    k, n = len(depots), len(coords)
-    points = np.concatenate([depots, coords])
-    windows, service, demand = instance["time_windows"], instance["service_time"], instance["demand"]
-    served = tour[tour >= k]
-    if not np.array_equal(np.sort(served), np.arange(k, k + n)):
-        raise InvalidTourError(f"MDVRP tour does not serve each of the {n} customers exactly once")
-    if tour.size == 0 or tour[-1] >= k:
-        raise InvalidTourError("MDVRP tour does not end at a depot")
-    here, depot, load, time, cost = 0, 0, 0.0, float(windows[0, 0]), 0.0
-    for node in tour.tolist():
-        step = float(np.hypot(*(points[node] - points[here])))
-        if node < k and here < k:  # a move between depots before a route: free
-            if node == here:
-                raise InvalidTourError(f"MDVRP tour stays at depot {node} (an empty route)")
-            here, depot, time = node, node, float(windows[node, 0])
-            continue
-        if node < k:
-            if node != depot:
-                raise InvalidTourError(f"MDVRP route from depot {depot} ends at depot {node}")
-            if time + step > windows[node, 1] + TIME_TOLERANCE:
-                raise InvalidTourError(f"MDVRP route of depot {depot} returns after the depot closes")
-            cost += step
-            here, load, time = node, 0.0, float(windows[node, 0])
-            continue
-        cost += step
-        load += float(demand[node - k])
-        if load > 1 + CAPACITY_TOLERANCE:
-            raise InvalidTourError(f"MDVRP route of depot {depot} exceeds the vehicle capacity ({load:.4f} of 1)")
-        if time + step > windows[node, 1] + TIME_TOLERANCE:
-            raise InvalidTourError(f"MDVRP route of depot {depot} reaches customer {node} after its window closes")
-        time = max(time + step, float(windows[node, 0])) + float(service[node])
-        here = node
-    return cost
-
-
 COSTS = {
     "mtvrp": vrp_cost,
     "mrcvrp": mrcvrp_cost,
@@ -318,7 +304,6 @@ COSTS = {
     "op": op_cost,
     "pctsp": pctsp_cost,
     "pcvrp": pcvrp_cost,
-    "mdvrp": mdvrp_cost,
 }
 """problem -> cost(instance arrays without the instance axis, tour): checks the solution, returns its
 cost (what the env's summed rewards are minus)."""

@@ -54,53 +54,67 @@ def check_cvrp_actions(actions, depot, coords, demand, capacity) -> float:
 
 
 def check_vrp_actions(actions, instance) -> float:
-    """Asserts that an action sequence of the multi-task VRP env (after its depot start, possibly
-    padded with depot steps) is feasible for ``instance`` (the arrays of one instance); returns its
-    cost. Simulates one route at a time from the problem's definition: loads, linehauls before
-    backhauls, windows with waiting and service, depot closing and length limit unless open."""
+    """Asserts that an action sequence of the multi-task VRP env (depots 0..k-1, customers k..; from
+    depot 0; padded by repeating the final depot) is feasible for ``instance`` (the arrays of one
+    instance); returns its cost. Simulates one route at a time from the problem's definition: each
+    route from a depot back to the same depot (moves between depots only before a route, free), the
+    load on board after every stop (all of the route's deliveries on board at the start), linehauls
+    before backhauls unless mixed, windows with waiting and service, depot closing and length limit
+    unless open."""
     actions = [int(a) for a in actions]
-    coords = [tuple(c) for c in instance["coords"]]
-    points = [tuple(instance["depot"])] + coords
-    n = len(coords)
-    served = [a for a in actions if a != 0]
-    assert sorted(served) == list(range(1, n + 1)), "not every customer served exactly once"
-    assert actions[-1] == 0, "does not end at the depot"
+    while len(actions) > 1 and actions[-1] == actions[-2]:
+        actions.pop()
+    depots = [tuple(d) for d in instance["depots"]]
+    k = len(depots)
+    points = depots + [tuple(c) for c in instance["coords"]]
+    assert sorted(a for a in actions if a >= k) == list(range(k, len(points))), "not every customer served once"
+    assert actions[-1] < k, "does not end at a depot"
     is_open = bool(instance["open_route"])
+    mixed = float(instance["backhaul_class"]) == 2
     limit = float(instance["distance_limit"])
     opening = [float(w[0]) for w in instance["time_windows"]]
     closing = [float(w[1]) for w in instance["time_windows"]]
     service = [float(s) for s in instance["service_time"]]
-    pickup = [0.0] + [float(d) for d in instance["demand_backhaul"]]
-    delivery = [0.0] + [float(d) for d in instance["demand_linehaul"]]
+    pickup = [0.0] * k + [float(d) for d in instance["demand_backhaul"]]
+    delivery = [0.0] * k + [float(d) for d in instance["demand_linehaul"]]
     eps = 1e-4
-    total, here, clock, driven, delivered, picked, after_pickup = 0.0, 0, opening[0], 0.0, 0.0, 0.0, False
-    last = max(i for i, a in enumerate(actions) if a != 0) + 1
-    for nxt in actions[: last + 1]:
-        assert not (here == 0 and nxt == 0), "depot twice in a row"
-        leg = math.hypot(points[nxt][0] - points[here][0], points[nxt][1] - points[here][1])
-        if nxt == 0:
-            if not is_open:
-                total += leg
-                assert driven + leg <= limit + eps, "route longer than the distance limit"
-                assert clock + leg <= closing[0] + eps, "route back after the depot closes"
-            here, clock, driven, delivered, picked, after_pickup = 0, opening[0], 0.0, 0.0, 0.0, False
-            continue
-        total += leg
-        driven += leg
-        if pickup[nxt] > 0:
-            picked += pickup[nxt]
-            after_pickup = True
+    routes, home, here, stops = [], 0, 0, []
+    for a in actions:
+        if a >= k:
+            stops.append(a)
+        elif stops:
+            assert a == home, f"route of depot {home} returns to depot {a}"
+            routes.append((home, stops))
+            stops = []
         else:
-            assert not after_pickup, "a linehaul customer after a backhaul one on the same route"
-            delivered += delivery[nxt]
-        assert delivered <= 1 + 1e-5 and picked <= 1 + 1e-5, "route load above capacity"
-        arrival = clock + leg
-        assert arrival <= closing[nxt] + eps, f"customer {nxt} reached after its window closes"
-        clock = max(arrival, opening[nxt]) + service[nxt]
-        here = nxt
-    assert all(a == 0 for a in actions[last:]), "left the depot after the last route"
-    if not is_open:
-        assert driven == 0.0
+            assert a != here, "a depot to itself"
+            home = a
+        here = a
+    total = 0.0
+    for home, stops in routes:
+        on_board = sum(delivery[a] for a in stops)
+        assert on_board <= 1 + 1e-5, "route leaves with more than the capacity"
+        clock, driven, after_pickup, here = opening[home], 0.0, False, home
+        for a in stops:
+            leg = math.hypot(points[a][0] - points[here][0], points[a][1] - points[here][1])
+            total += leg
+            driven += leg
+            if pickup[a] > 0:
+                after_pickup = True
+            else:
+                assert mixed or not after_pickup, "a linehaul customer after a backhaul one on a classic route"
+            on_board += pickup[a] - delivery[a]
+            assert on_board <= 1 + 1e-5, "load on board above capacity"
+            arrival = clock + leg
+            assert arrival <= closing[a] + eps, f"customer {a} reached after its window closes"
+            clock = max(arrival, opening[a]) + service[a]
+            here = a
+        if not is_open:
+            leg = math.hypot(points[home][0] - points[here][0], points[home][1] - points[here][1])
+            total += leg
+            driven += leg
+            assert clock + leg <= closing[home] + eps, "route back after the depot closes"
+        assert driven <= limit + eps, "route longer than the distance limit"
     return total
 
 
@@ -192,43 +206,6 @@ def check_pcvrp_actions(actions, instance) -> float:
     points = [tuple(instance["depot"])] + [tuple(c) for c in instance["coords"]]
     skipped = set(range(1, n + 1)) - set(served)
     return path_length(points, [0] + route) + sum(float(instance["prize"][a - 1]) for a in skipped)
-
-
-def check_mdvrp_actions(actions, instance) -> float:
-    """Asserts that a multi-depot action sequence (depots 0..k-1, customers k..; padded by repeating
-    the final depot) serves every customer once, each route leaving from and returning to one depot
-    (moves between depots only before a route, free), within capacity and, with windows, on time;
-    returns its length."""
-    actions = [int(a) for a in actions]
-    while len(actions) > 1 and actions[-1] == actions[-2]:
-        actions.pop()
-    depots = [tuple(d) for d in instance["depots"]]
-    k = len(depots)
-    points = depots + [tuple(c) for c in instance["coords"]]
-    opening = [float(w[0]) for w in instance["time_windows"]]
-    closing = [float(w[1]) for w in instance["time_windows"]]
-    service = [float(s) for s in instance["service_time"]]
-    assert sorted(a for a in actions if a >= k) == list(range(k, len(points))), "not every customer once"
-    assert actions[-1] < k, "does not end at a depot"
-    total, here, home, load, clock = 0.0, 0, 0, 0.0, opening[0]
-    for a in actions:
-        leg = math.hypot(points[a][0] - points[here][0], points[a][1] - points[here][1])
-        if a < k and here < k:
-            assert a != here, "a depot to itself"
-            here, home, clock = a, a, opening[a]
-            continue
-        total += leg
-        if a < k:
-            assert a == home, f"route of depot {home} returns to depot {a}"
-            assert clock + leg <= closing[a] + 1e-4, "back after the depot closes"
-            here, load, clock = a, 0.0, opening[a]
-            continue
-        load += float(instance["demand"][a - k])
-        assert load <= 1 + 1e-5, "route load above capacity"
-        assert clock + leg <= closing[a] + 1e-4, f"customer {a} reached after its window closes"
-        clock = max(clock + leg, opening[a]) + service[a]
-        here = a
-    return total
 
 
 def run_random(env, rng, options=None, seed=None):

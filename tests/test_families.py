@@ -1,4 +1,5 @@
-"""The further constraint families (multiple resources, pickup and delivery, prize collecting): random
+"""The further constraint families (multiple resources, pickup and delivery, prize collecting; multiple
+depots are an attribute of the VRP env, tests/test_vrp.py): random
 solutions against independent checkers, rewards equal to costs, masks that always allow an action,
 decoded solutions, reference solvers, bad input, training and evaluation end to end."""
 
@@ -11,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 from checks import (
-    check_mdvrp_actions,
     check_mrcvrp_actions,
     check_op_actions,
     check_pctsp_actions,
@@ -39,7 +39,7 @@ def check(problem: str, actions, instance) -> float:
     if problem == "pdp":
         return check_pdp_actions(actions, instance["depot"], instance["coords"], instance["load"])
     checkers = {"op": check_op_actions, "pctsp": check_pctsp_actions, "pcvrp": check_pcvrp_actions}
-    return (checkers | {"mdvrp": check_mdvrp_actions})[problem](actions, instance)
+    return checkers[problem](actions, instance)
 
 
 def make(env_id: str, m: int, n: int, traj: int):
@@ -50,7 +50,7 @@ def make(env_id: str, m: int, n: int, traj: int):
 @settings(max_examples=15, deadline=None)
 @given(half=st.integers(1, 8), m=st.integers(1, 3), traj=st.integers(1, 4), seed=st.integers(0, 2**31))
 def test_random_trajectories_are_feasible_and_rewards_are_costs(env_id, half, m, traj, seed):
-    n = 2 * half + 2  # even (pickup and delivery pairs), and more customers than the 3 depots
+    n = 2 * half + 2  # even (pickup and delivery pairs)
     env = make(env_id, m, n, traj)
     problem = ENV_IDS[env_id]
     actions, rewards, done = run_random(env.unwrapped, np.random.default_rng(seed), seed=seed)
@@ -106,10 +106,6 @@ def test_masks_bind():
     assert obs["action_mask"][0, 0].tolist() == [False, False, True]  # 0.4 < 1 collected: go on
 
 
-MD = {"depots": [[0, 0], [1, 1]], "coords": [[0, 1], [1, 0]], "demand": [0.1, 0.1], "time_windows": [[0, 9]] * 4,
-      "service_time": [0, 0, 0, 0]}  # fmt: skip
-
-
 @pytest.mark.parametrize(
     ("problem", "instance", "tour", "message"),
     [
@@ -122,11 +118,6 @@ MD = {"depots": [[0, 0], [1, 1]], "coords": [[0, 1], [1, 0]], "demand": [0.1, 0.
         ("pctsp", {"depot": [0, 0], "coords": [[0, 1], [1, 0]], "prize": [0.5, 0.6], "penalty": [1, 1]}, [1, 0], "below the minimum"),
         ("pcvrp", {"depot": [0, 0], "coords": [[0, 1], [1, 0]], "demand": [0.6, 0.6], "prize": [1, 1]}, [1, 2, 0], "capacity"),
         ("pcvrp", {"depot": [0, 0], "coords": [[0, 1], [1, 0]], "demand": [0.1, 0.1], "prize": [1, 1]}, [1, 0, 0, 2, 0], "empty route"),
-        ("mdvrp", MD, [2, 3, 1], "ends at depot 1"),
-        ("mdvrp", MD, [1, 2, 3, 0], "ends at depot 0"),
-        ("mdvrp", MD | {"demand": [0.6, 0.6]}, [2, 3, 0], "capacity"),
-        ("mdvrp", MD, [0, 2, 3, 0], "stays at depot"),
-        ("mdvrp", MD | {"time_windows": [[0, 9], [0, 9], [0, 9], [0, 0.5]]}, [2, 3, 0], "after its window"),
     ],
 )  # fmt: skip
 def test_solution_checkers_reject_infeasible_solutions(problem, instance, tour, message):
@@ -173,31 +164,14 @@ def test_a_delivery_without_its_pickup_fails_with_a_message():
         make("pdp-v0", 1, 7, 1)
 
 
-def test_more_depots_than_customers_fail_with_a_message():
-    with pytest.raises(ValueError, match="more depots than customers"):
-        make("mdvrp-v0", 1, 2, 1)
-    env = make("mdvrp-v0", 1, 4, 1).unwrapped
-    env.reset(seed=0)
-    options = {k: v.copy() for k, v in env.static.items()}
-    options["coords"][0, 2] = options["depots"][0, 0] + 2  # outside the square
-    with pytest.raises(ValueError, match="unit square"):
-        env.reset(options=options)
-    options = {k: v.copy() for k, v in env.static.items()}
-    options["time_windows"][0, 3] = [0.0, 0.0]  # customer 1 closes at once: nobody can reach it
-    with pytest.raises(ValueError, match="customer 1 of instance 0 cannot be served"):
-        env.reset(options=options)
-
-
 @pytest.fixture(scope="module")
 def family_agents():
     torch.manual_seed(0)
     return {problem: Agent(problem, embed_dim=32, num_heads=4, num_layers=1, ff_hidden=64).eval() for problem in
-            ("mrcvrp", "pdp", "op", "pctsp", "pcvrp", "mdvrp")}  # fmt: skip
+            ("mrcvrp", "pdp", "op", "pctsp", "pcvrp")}  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "env_id", ["mrcvrp-v0", "cpdp-v0", "op-v0", "op-const-v0", "pctsp-v0", "pcvrp-v0", "mdvrp-v0", "mdvrptw-v0"]
-)
+@pytest.mark.parametrize("env_id", ["mrcvrp-v0", "cpdp-v0", "op-v0", "op-const-v0", "pctsp-v0", "pcvrp-v0"])
 @pytest.mark.parametrize("how", ["greedy", "multi-greedy", "sampling"])
 def test_decoded_solutions_pass_the_independent_checker(family_agents, env_id, how):
     problem = ENV_IDS[env_id]
@@ -219,7 +193,7 @@ def test_multi_greedy_is_no_worse_than_greedy(family_agents):
 
 @pytest.mark.parametrize(("problem", "variant", "solver"), [
     ("mrcvrp", None, "pyvrp"), ("pcvrp", None, "pyvrp"), ("pdp", "cpdp", "ortools"), ("op", "dist", "ortools"),
-    ("pctsp", None, "ortools"), ("mdvrp", "mdvrp", "pyvrp"), ("mdvrp", "mdvrptw", "pyvrp"),
+    ("pctsp", None, "ortools"),
 ])  # fmt: skip
 def test_reference_tours_pass_the_checker_and_beat_random_ones(problem, variant, solver):
     pytest.importorskip({"pyvrp": "pyvrp", "ortools": "ortools"}[solver])
@@ -278,8 +252,6 @@ def test_family_checkpoints_round_trip(tmp_path, family_agents):
         ("op", -4.8810, -5.2762),
         ("pctsp", 3.5401, 3.3794),
         ("pcvrp", 3.1661, 3.1453),
-        ("mdvrp", 5.6274, 5.2923),
-        ("mdvrptw", 7.4139, 7.0080),
     ],
 )
 def test_shipped_family_checkpoints_reproduce_their_figures(name, greedy, multi_greedy):
