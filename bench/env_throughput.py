@@ -1,8 +1,10 @@
 """Environment throughput: the native bi-level vector env against a Python loop over single envs.
 
-Node selections per second (trajectory-steps/s) for TSP50, CVRP50, VRPTW50, OVRPBLTW50 and the
-further families (MRCVRP, CPDP, OP, PCTSP, PCVRP, MDVRPTW) at M instances x N trajectories, one thread, random allowed actions drawn the same way for both (drawing
-excluded from the timed part). The loop baseline is the structure of the paper's reference
+Node selections per second (trajectory-steps/s) for TSP50, CVRP50, the VRP variants VRPTW50,
+OVRPBLTW50, VRPMBLTW50 (mixed backhauls), MDOVRPMBLTW50 (three depots, every attribute) and the
+48-variant mix, and the further families (MRCVRP, CPDP, OP, PCTSP, PCVRP) at M instances x N
+trajectories, one thread, random allowed actions drawn the same way for both (drawing excluded from
+the timed part). The loop baseline is the structure of the paper's reference
 implementation: one NumPy env of N trajectories per instance, stepped one after another.
 
     python bench/env_throughput.py [--num-envs 1024] [--n-traj 50] [--num-nodes 50] [--env-ids tsp-v0 ...]
@@ -29,12 +31,14 @@ ENV_IDS = (
     "cvrp-v0",
     "vrptw-v0",
     "ovrpbltw-v0",
+    "vrpmbltw-v0",
+    "mdovrpmbltw-v0",
+    "mtvrp48-v0",
     "mrcvrp-v0",
     "cpdp-v0",
     "op-v0",
     "pctsp-v0",
     "pcvrp-v0",
-    "mdvrptw-v0",
 )
 
 

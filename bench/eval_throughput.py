@@ -2,11 +2,11 @@
 
 For greedy, multi-greedy (50 starts), greedy x8 augmentation and multi-greedy x8 (400 trajectories
 per instance), our cached decoder against re-encoding at every step (the way the paper's original
-evaluation runs), on the first Kool test instances. External figures, each for the same
-trajectories per instance, measured on one thread of this machine: the original RLOR evaluation took
-79 s per 1,000 TSP50 instances in multi-greedy (12.7/s); RL4CO 0.7 decoded about 283 TSP50
-instances/s greedy, 61/s multi-start (50 starts) and 21/s greedy with x8 augmentation (no RL4CO
-figure for multi-start x8).
+evaluation runs) and against RL4CO's Attention Model policy (same architecture, untrained, the same
+instances, batch size, thread and trajectories per instance; ``pip install -r
+requirements-bench.txt``; left out with a note where RL4CO is not installed), all measured in this
+run, on the first Kool test instances. One external figure stays quoted: the original RLOR
+evaluation took 79 s per 1,000 TSP50 instances in multi-greedy (12.7/s) on one thread here.
 
 Each cached figure is the median of --repeats runs after a warm-up; the process keeps freed memory
 for reuse as ppo_or.py and eval.py do (``models.keep_freed_memory``).
@@ -23,11 +23,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ppoor.envs import kool_dataset  # noqa: E402
 from ppoor.models import Agent, keep_freed_memory  # noqa: E402
 from ppoor.search import decode  # noqa: E402
 
-RL4CO = {"greedy": 283, "multi-greedy": 61, "greedy x8": 21}  # RL4CO 0.7, TSP50, 1 thread, instances/s
 SETTINGS = [("greedy", 1), ("multi-greedy", 1), ("greedy", 8), ("multi-greedy", 8)]
 
 
@@ -38,6 +38,23 @@ def rate(agent, data, mode, copies, batch_size, reencode, repeats):
     for _ in range(repeats):
         start = time.perf_counter()
         decode(agent, data, mode, augment_copies=copies, batch_size=batch_size, reencode=reencode)
+        rates.append(len(data["coords"]) / (time.perf_counter() - start))
+    return float(np.median(rates))
+
+
+def rl4co_rate(problem, data, mode, copies, batch_size, repeats):
+    """Instances/s of RL4CO's decoding of the same instances (median of ``repeats``), None without RL4CO."""
+    try:
+        from rl4co_peer import rl4co_decode, rl4co_policy
+    except ImportError:
+        return None
+    env, policy = rl4co_policy(problem, data["coords"].shape[1])
+    multi = mode == "multi-greedy"
+    rl4co_decode(policy, env, {k: v[:2] for k, v in data.items()}, multi, copies, batch_size, problem)
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        rl4co_decode(policy, env, data, multi, copies, batch_size, problem)
         rates.append(len(data["coords"]) / (time.perf_counter() - start))
     return float(np.median(rates))
 
@@ -62,10 +79,10 @@ def main():
             cached = rate(agent, data, mode, copies, args.batch_size, False, args.repeats)
             reencoded = rate(agent, small, mode, copies, args.batch_size, True, 1)
             line = f"{problem.upper()}50 {name:<16}: cached {cached:8.1f}/s, re-encoding {reencoded:7.1f}/s, ratio {cached / reencoded:5.1f}x"
-            if problem == "tsp" and name in RL4CO:
-                line += f"; RL4CO 0.7 (1 thread): {RL4CO[name]}/s ({cached / RL4CO[name]:.1f}x)"
-                if name == "multi-greedy":
-                    line += f"; original RLOR eval: 12.7/s ({cached / 12.7:.1f}x)"
+            peer = rl4co_rate(problem, data, mode, copies, args.batch_size, args.repeats)
+            line += f"; RL4CO {peer:7.1f}/s ({cached / peer:.1f}x)" if peer else "; RL4CO not installed"
+            if problem == "tsp" and name == "multi-greedy":
+                line += f"; original RLOR eval: 12.7/s ({cached / 12.7:.1f}x)"
             print(line, flush=True)
 
 

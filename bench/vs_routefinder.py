@@ -1,0 +1,236 @@
+"""ppo-or's trainer and RouteFinder's MTPOMO baseline side by side on the multi-task VRP: the same 16
+classic variants at the same size, one thread each, the same wall-clock budget; checkpoints at fixed
+marks scored on the same RouteFinder test instances (``envs.vrp.vrp_dataset``, its generator at seed
+1234) against PyVRP: mean gap over the variants, greedy and multi-greedy x8.
+
+    python bench/vs_routefinder.py --minutes 20 --marks 5 10 20 --num-nodes 20 --instances 100 --jobs 2
+    python bench/vs_routefinder.py --evaluate bench-runs/vs-routefinder   # score finished runs again
+
+The peer is RL4CO's POMO on RL4CO's multi-task VRP env (RouteFinder's MTPOMO: RouteFinder itself is
+not on the package index; ``pip install -r requirements-bench.txt``), trained by RL4CO's Lightning
+trainer with POMO's own settings (batch 64, Adam 1e-4, every customer a start, shared baseline) on
+RL4CO's generator with its "all" preset (each of O, B, L, TW with probability 0.5), whose distance
+limit is given RouteFinder's rule (drawn per instance, as in the test sets; RL4CO fixes 3.0, which
+never binds). ppo-or trains ``mtvrp-v0`` (the same 16-variant mix) with its defaults
+(``--num-envs 256``, the recipe of ``checkpoints/mtvrp20.pt``). Both save a checkpoint each minute; a
+mark is scored with the first one written at or after it. Every tour of both is checked by
+``search.solutions.vrp_cost``. PyVRP references (``--solver-seconds`` each) are cached in ``--out``.
+"""
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from ppoor.data.datasets import load_data  # noqa: E402
+from ppoor.data.references import solve_reference  # noqa: E402
+from ppoor.envs.vrp import CLASSIC  # noqa: E402
+from ppoor.models import load_agent, read_checkpoint  # noqa: E402
+from ppoor.search import decode  # noqa: E402
+from ppoor.search.solutions import vrp_cost  # noqa: E402
+
+SETTINGS = (("greedy", False, 1), ("multi-greedy x8", True, 8))
+
+
+def rl4co_env(num_nodes: int):
+    """RL4CO's multi-task VRP env whose generator draws RouteFinder's distance limits."""
+    from rl4co.envs import MTVRPEnv
+    from rl4co.envs.routing.mtvrp.generator import MTVRPGenerator
+
+    class RouteFinderLimits(MTVRPGenerator):
+        def generate_distance_limit(self, shape, locs):
+            """U(2 max_i d_0i + 1e-6, max(2.8, that + 1e-6)) per instance [B, 1]."""
+            lower = 2 * torch.cdist(locs[:, :1], locs[:, 1:]).amax(-1) + 1e-6
+            upper = torch.maximum(torch.full_like(lower, 2.8), lower + 1e-6)
+            return lower + (upper - lower) * torch.rand_like(lower)
+
+    return MTVRPEnv(generator=RouteFinderLimits(num_loc=num_nodes, variant_preset="all"))
+
+
+def train_rl4co(out: Path, minutes: float, num_nodes: int, seed: int) -> None:
+    """RL4CO's POMO for ``minutes`` on one thread; the policy's weights each minute in out/ckpt."""
+    import lightning.pytorch as pl
+    from rl4co.models import POMO
+    from rl4co.utils.trainer import RL4COTrainer
+
+    torch.set_num_threads(1)
+    pl.seed_everything(seed)
+    (out / "ckpt").mkdir(parents=True, exist_ok=True)
+
+    class EveryMinute(pl.Callback):
+        def __init__(self):
+            self.start, self.saved = time.perf_counter(), 0
+
+        def on_train_batch_end(self, trainer, module, *args):
+            elapsed = time.perf_counter() - self.start
+            if elapsed >= 60 * (self.saved + 1) or elapsed >= 60 * minutes:
+                self.saved += 1
+                torch.save({"policy": module.policy.state_dict(), "elapsed_seconds": elapsed,
+                            "step": trainer.global_step}, out / "ckpt" / f"{self.saved}.pt")  # fmt: skip
+
+    env = rl4co_env(num_nodes)
+    model = POMO(env, batch_size=64, train_data_size=64 * 100, val_data_size=64, optimizer_kwargs={"lr": 1e-4})
+    trainer = RL4COTrainer(
+        max_epochs=10**6, max_time={"minutes": minutes}, accelerator="cpu", devices=1, precision="32",
+        logger=False, enable_checkpointing=False, callbacks=[EveryMinute()], enable_progress_bar=False,
+        limit_val_batches=0, num_sanity_val_steps=0,
+    )  # fmt: skip
+    trainer.fit(model)
+
+
+def train(name: str, args: argparse.Namespace) -> subprocess.Popen:
+    """Starts one trainer in a child process (one thread)."""
+    if name == "ppo-or":
+        cmd = [sys.executable, str(ROOT / "ppo_or.py"), "--env-id", "mtvrp-v0", "--num-nodes", str(args.num_nodes)]
+        cmd += ["--num-envs", "256", "--threads", "1", "--seed", str(args.seed), "--total-timesteps", str(10**12)]
+        cmd += ["--total-seconds", str(args.minutes * 60), "--exp-name", "vs-routefinder", "--eval-interval", "0"]
+        cmd += ["--checkpoint-interval", "0", "--checkpoint-seconds", "60"]
+    else:
+        cmd = [
+            sys.executable,
+            __file__,
+            "--train-rl4co",
+            str(args.out / "rl4co-mtpomo"),
+            "--minutes",
+            str(args.minutes),
+        ]
+        cmd += ["--num-nodes", str(args.num_nodes), "--seed", str(args.seed)]
+    print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
+    return subprocess.Popen(cmd, cwd=args.out, stdout=open(args.out / f"{name}.log", "w"), stderr=subprocess.STDOUT)
+
+
+def test_sets(args: argparse.Namespace) -> dict:
+    """variant -> (data, PyVRP references [K]) for the first --instances of each classic variant."""
+    sets = {}
+    for variant in CLASSIC:
+        (data,) = load_data("test", "mtvrp", args.num_nodes, args.instances, variant=variant)
+        cache = args.out / f"{variant}{args.num_nodes}_test_first{args.instances}_pyvrp{args.solver_seconds:g}s.npy"
+        if not cache.exists():
+            print(f"PyVRP references for {variant} ({args.instances} x {args.solver_seconds:g} s)", flush=True)
+            np.save(cache, [solve_reference(data, i, "pyvrp", args.solver_seconds) for i in range(args.instances)])
+        sets[variant] = (data, np.load(cache))
+    return sets
+
+
+def mark_checkpoints(folder: Path, marks: list[float], elapsed) -> list[tuple[float, Path]]:
+    """For each mark (minutes), the first checkpoint of ``folder`` written at or after it (else the last)."""
+    found = sorted((elapsed(p), p) for p in folder.glob("*.pt"))
+    if not found:
+        sys.exit(f"error: {folder} holds no checkpoint")
+    return [next((c for c in found if c[0] >= 60 * m - 1e-6), found[-1]) for m in marks]
+
+
+def gaps(tours, data, references) -> tuple[float, int]:
+    """Mean gap (%) of checked tours and how many failed the checker (scored at twice the reference)."""
+    costs, invalid = [], 0
+    for b, tour in enumerate(tours):
+        try:
+            costs.append(vrp_cost({k: v[b] for k, v in data.instances.items()}, tour))
+        except ValueError:
+            invalid += 1
+            costs.append(2 * references[b])
+    return float(100 * (np.array(costs) / references - 1).mean()), invalid
+
+
+def evaluate(args: argparse.Namespace, marks: list[float]) -> list[dict]:
+    from rl4co.models import POMO
+
+    sets = test_sets(args)
+    rows = []
+    ours = mark_checkpoints(sorted(args.out.glob("runs/mtvrp-v0__vs-routefinder*"))[-1] / "ckpt", marks,
+                            lambda p: read_checkpoint(p).get("elapsed_seconds", 0.0))  # fmt: skip
+    theirs = mark_checkpoints(args.out / "rl4co-mtpomo" / "ckpt", marks,
+                              lambda p: torch.load(p, weights_only=True)["elapsed_seconds"])  # fmt: skip
+    env = rl4co_env(args.num_nodes)
+    policy = POMO(env).policy
+    for mark, (seconds, path), (peer_seconds, peer_path) in zip(marks, ours, theirs, strict=True):
+        agent, _ = load_agent(path)
+        policy.load_state_dict(torch.load(peer_path, weights_only=True)["policy"])
+        policy.eval()
+        for name, model_seconds in (("ppo-or", seconds), ("rl4co-mtpomo", peer_seconds)):
+            row = {"trainer": name, "mark": mark, "minutes": model_seconds / 60}
+            for label, multi, copies in SETTINGS:
+                per_variant, invalid = {}, 0
+                for variant, (data, references) in sets.items():
+                    if name == "ppo-or":
+                        mode = "multi-greedy" if multi else "greedy"
+                        tours = decode(agent, data.instances, mode, augment_copies=copies, batch_size=100).tours
+                    else:
+                        from rl4co_peer import rl4co_decode
+
+                        tours = rl4co_decode(policy, env, data.instances, multi, copies, problem="mtvrp")
+                    per_variant[variant], bad = gaps(tours, data, references)
+                    invalid += bad
+                row[label] = float(np.mean(list(per_variant.values())))
+                row[f"{label} per variant"] = per_variant
+                row[f"{label} invalid"] = invalid
+            rows.append(row)
+            print(f"mark {mark:g} min: {name} ({row['minutes']:.1f} min) greedy {row['greedy']:.2f}%, "
+                  f"multi-greedy x8 {row['multi-greedy x8']:.2f}%", flush=True)  # fmt: skip
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=20.0, help="training budget of each trainer")
+    parser.add_argument("--marks", type=float, nargs="+", help="minutes at which to score (default: 5, 10, ...)")
+    parser.add_argument("--num-nodes", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=2, choices=(1, 2), help="2: both trainers at once")
+    parser.add_argument("--instances", type=int, default=100, help="first test instances of each variant")
+    parser.add_argument("--solver-seconds", type=float, default=0.5, help="PyVRP seconds per instance")
+    parser.add_argument("--out", type=Path, default=Path("bench-runs/vs-routefinder"))
+    parser.add_argument("--evaluate", action="store_true", help="score the runs in --out, train nothing")
+    parser.add_argument("--train-rl4co", type=Path, help=argparse.SUPPRESS)  # the peer's child process
+    args = parser.parse_args()
+    if not (0 < args.minutes <= 24 * 60 and 1 <= args.instances <= 1000 and 5 <= args.num_nodes <= 1000):
+        sys.exit("error: --minutes in (0, 1440], --instances in 1..1000, --num-nodes in 5..1000")
+    if args.solver_seconds <= 0 or not np.isfinite(args.solver_seconds):
+        sys.exit("error: --solver-seconds must be a positive number")
+    if args.train_rl4co:
+        train_rl4co(args.train_rl4co, args.minutes, args.num_nodes, args.seed)
+        return
+    try:
+        import rl4co  # noqa: F401
+    except ImportError:
+        sys.exit("error: the peer needs RL4CO: pip install -r requirements-bench.txt")
+    marks = args.marks or [float(m) for m in range(5, int(args.minutes) + 1, 5)] or [args.minutes]
+    if any(m <= 0 or m > args.minutes for m in marks):
+        sys.exit(f"error: --marks must lie in (0, --minutes {args.minutes:g}]")
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    if not args.evaluate:
+        started = time.perf_counter()
+        if args.jobs == 2:
+            children = [train(name, args) for name in ("ppo-or", "rl4co-mtpomo")]
+            codes = [child.wait() for child in children]
+        else:
+            codes = [train(name, args).wait() for name in ("ppo-or", "rl4co-mtpomo")]
+        if any(codes):
+            sys.exit(f"error: a trainer failed (exit codes {codes}); see the logs in {args.out}")
+        print(f"trained in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
+    rows = evaluate(args, marks)
+    (args.out / "results.json").write_text(json.dumps(rows, indent=1))
+    print(f"\nn = {args.num_nodes}, {args.instances} RouteFinder test instances per classic variant, mean gap to "
+          f"PyVRP ({args.solver_seconds:g} s), 1 thread each" + (", trained at once" if args.jobs == 2 else ""))  # fmt: skip
+    print("| mark (min) | trainer | minutes | greedy | multi-greedy x8 | invalid tours |\n|---|---|---|---|---|---|")
+    for r in rows:
+        invalid = r["greedy invalid"] + r["multi-greedy x8 invalid"]
+        print(f"| {r['mark']:g} | {r['trainer']} | {r['minutes']:.1f} | {r['greedy']:.2f}% | "
+              f"{r['multi-greedy x8']:.2f}% | {invalid} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
