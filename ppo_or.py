@@ -3,8 +3,8 @@
     python ppo_or.py --env-id tsp-v0                  # TSP50: multi-start rollouts, shared baseline
     python ppo_or.py --env-id tsp-v0 --preset rlor    # TSP50 with the paper's settings
     python ppo_or.py --env-id cvrp-v0 --num-nodes 20
-    python ppo_or.py --env-id vrptw-v0 --num-nodes 20  # any of the 16 VRP variants, or mtvrp-v0 (all mixed)
-    python ppo_or.py --env-id op-v0 --num-nodes 20     # mrcvrp, pdp, cpdp, op, pctsp, pcvrp, mdvrp, mdvrptw
+    python ppo_or.py --env-id vrptw-v0 --num-nodes 20  # any of the 48 VRP variants; mtvrp-v0 / mtvrp48-v0 mix them
+    python ppo_or.py --env-id op-v0 --num-nodes 20     # mrcvrp, pdp, cpdp, op, pctsp, pcvrp
     python ppo_or.py --resume runs/<run>/ckpt/100.pt  # continue a stopped run
     torchrun --standalone --nproc_per_node 4 ppo_or.py --env-id tsp-v0 --num-envs 256  # 4 GPUs / processes
 
@@ -82,7 +82,8 @@ class Args:
     Writes tensorboard curves and checkpoints to runs/{env_id}__{exp_name}__{seed}__{time}/. Examples:
     `python ppo_or.py --env-id tsp-v0 --num-nodes 20 --num-envs 256 --total-seconds 180 --threads 2`
     (3 minutes on a CPU); `python ppo_or.py --env-id cvrp-v0 --preset rlor` (the paper's settings, for a GPU);
-    `python ppo_or.py --env-id vrptw-v0 --num-nodes 20` (time windows; mtvrp-v0 mixes all 16 variants)."""
+    `python ppo_or.py --env-id vrptw-v0 --num-nodes 20` (time windows; mtvrp-v0 mixes the 16 classic VRP
+    variants, mtvrp48-v0 all 48)."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment"""
