@@ -487,16 +487,18 @@ CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
         ("vrptw20", "vrptw", 9.2265, 8.8771),
         ("mtvrp20", "ovrpbltw", 6.2972, 6.1283),
         ("mtvrp20", "classic", 6.717, 6.3984),
+        ("families/mdvrp20", "mdcvrp", 5.8294, 5.3491),
+        ("families/mdvrptw20", "mdvrptw", 8.1148, 7.4352),
     ],
 )
 def test_shipped_checkpoints_reproduce_their_figures(name, variant, greedy, multi_greedy):
-    """The weights in checkpoints/ (README's tables) decode the first 100 test instances of a
-    variant (RouteFinder's sets since multiple depots came; the weights loaded through
+    """The weights in checkpoints/ (README's tables) decode the first 100 (families: 50) test
+    instances of a variant (RouteFinder's sets since multiple depots came; the weights loaded through
     ``upgrade_vrp_weights``) to the mean costs measured then."""
     torch.set_num_threads(1)
     agent, ckpt = load_agent(CHECKPOINTS / f"{name}.pt", problem="mtvrp")
     assert "optimizer" not in ckpt and ckpt["num_nodes"] == 20
-    data = vrp_dataset(variant, 20, "test", 100)
+    data = vrp_dataset(variant, 20, "test", 50 if name.startswith("families") else 100)
     assert decode(agent, data, "greedy").lengths.mean() == pytest.approx(greedy, rel=2e-3)
     assert decode(agent, data, "multi-greedy").lengths.mean() == pytest.approx(multi_greedy, rel=2e-3)
 
