@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from ppoor.envs.vrp import vehicle_capacity
 
 
 def rl4co_instances(problem: str, instances: dict):
@@ -40,7 +41,7 @@ def rl4co_instances(problem: str, instances: dict):
             "time_windows": as_tensor(instances["time_windows"]),
             "service_time": as_tensor(instances["service_time"]),
             "vehicle_capacity": torch.ones(m, 1),
-            "capacity_original": torch.full((m, 1), 30.0),
+            "capacity_original": torch.full((m, 1), float(vehicle_capacity(instances["coords"].shape[1]))),
             "open_route": torch.as_tensor(np.asarray(instances["open_route"])[:, None], dtype=torch.bool),
             "speed": torch.ones(m, 1),
         },
