@@ -567,10 +567,10 @@ class VRPVectorEnv(RoutingVectorEnv):
             mask = fits.copy()
         at_depot = self.last_node < k
         finished = at_depot & (self.num_served == self.num_nodes)
-        own = np.arange(k) == self.route_depot[..., None]  # [M, N, k]
         if k == 1:
             mask[..., 0] = ~at_depot | finished
         else:
+            own = np.arange(k) == self.route_depot[..., None]  # [M, N, k]
             depots = (at_depot & ~self.switched)[..., None] & self._switchable[:, None]
             stuck = np.nonzero(at_depot & ~mask[..., k:].any(-1) & ~finished)  # no customer from here
             if len(stuck[0]):  # only to depots that can still serve a customer alone: [S, k]
