@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import tyro
 from ppoor.data.datasets import STANDARD_SETS, DataError, Dataset, load_data
-from ppoor.data.references import solve_reference
+from ppoor.data.references import shipped_name, shipped_references, solve_reference
 from ppoor.data.solution_files import split_routes, write_solution
 from ppoor.envs import ENV_IDS, ENV_VARIANTS, VECTOR_ENVS
 from ppoor.envs.vrp import MIXES, VARIANTS
@@ -71,7 +71,9 @@ class Args:
     seed: int = 0
     """seed of the sampling decoder"""
     references: str | None = None
-    """reference lengths: a CSV (first column instance name, last column value, a header row) or an .npy"""
+    """reference lengths: a CSV (first column instance name, last column value, a header row) or an .npy;
+    without it (and --reference-solver) the standard sets take the lengths shipped for them, where any
+    (data/reference_lengths: TSP / CVRP validation sets, RouteFinder's VRP test sets at 50 and 100)"""
     reference_solver: Literal["lkh", "pyvrp", "ortools"] | None = None
     """compute references on the fly: lkh (elkai, TSP), pyvrp (CVRP, every VRP variant, MRCVRP, PCVRP) or ortools
     (PDP by OR-Tools routing, OP and PCTSP by CP-SAT); optional extras"""
@@ -364,6 +366,12 @@ def main(args: Args) -> None:
         if args.data in STANDARD_SETS:  # before drawing the set: the size and count are known
             check_memory(args, size, args.num_instances or 1, device)
         groups = load_data(args.data, problem, size, args.num_instances, args.references, variant)
+        if args.data in STANDARD_SETS and args.references is None and args.reference_solver is None:
+            split = STANDARD_SETS[args.data]
+            shipped = shipped_references(problem, size, split, len(groups[0].names), variant)
+            if shipped is not None:
+                groups[0].references = shipped
+                print(f"references: data/reference_lengths/{shipped_name(problem, size, split, variant)} (shipped)")
         for group in groups:
             check_memory(args, group.num_nodes, len(group.names), device)
         for group in groups:

@@ -1,14 +1,16 @@
 """The VRP variants table: each checkpoint's greedy and multi-greedy gap to PyVRP on every variant.
 
 For each variant, the first K instances of its standard test set (``envs.vrp.vrp_dataset``, seed
-1234) are solved by PyVRP for --solver-seconds each (cached as .npy in --out, computed --jobs at a
-time) and decoded by every checkpoint, one thread; the table gives the mean PyVRP cost and, per
-checkpoint, the mean greedy and multi-greedy (every customer as a start) cost and gap in percent,
-the way RouteFinder and RL4CO report the 16 variants. Every decoded and every PyVRP solution is
-checked (``search.solutions.vrp_cost``).
+1234, RouteFinder's) are solved by PyVRP for --solver-seconds each (the lengths shipped in
+``data/reference_lengths`` where they cover K instances at that time limit, else computed --jobs at a
+time and cached as .npy in --out) and decoded by every checkpoint, one thread; the table gives the
+mean PyVRP cost and, per checkpoint, the mean greedy and multi-greedy (every customer as a start,
+under --augment symmetries of the square: 8 is RouteFinder's and RL4CO's "x8") cost and gap in
+percent, the way RouteFinder and RL4CO report the variants. Every decoded and every PyVRP solution
+is checked (``search.solutions.vrp_cost``).
 
     python bench/vrp_variants.py --checkpoints mtvrp=checkpoints/mtvrp20.pt vrptw=checkpoints/vrptw20.pt \\
-        --num-nodes 20 --instances 200 --variants vrptw cvrp ...   (default: all 16)
+        --num-nodes 20 --instances 200 --variants vrptw cvrp ...   (default: all 48)
 """
 
 import os
@@ -26,7 +28,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ppoor.data.datasets import load_data  # noqa: E402
-from ppoor.data.references import solve_reference  # noqa: E402
+from ppoor.data.references import VRP_SHIPPED_SECONDS, shipped_references, solve_reference  # noqa: E402
 from ppoor.envs.vrp import VARIANTS  # noqa: E402
 from ppoor.models import CheckpointError, load_agent  # noqa: E402
 from ppoor.search import decode  # noqa: E402
@@ -39,7 +41,11 @@ def solve(job: tuple) -> float:
 
 
 def references(variant: str, args: argparse.Namespace, pool: ProcessPoolExecutor) -> np.ndarray:
-    """PyVRP costs [K] of the first K test instances of ``variant``, cached in --out."""
+    """PyVRP costs [K] of the first K test instances of ``variant``: shipped, or cached in --out."""
+    if VRP_SHIPPED_SECONDS.get(args.num_nodes) == args.solver_seconds:
+        shipped = shipped_references("mtvrp", args.num_nodes, "test", args.instances, variant)
+        if shipped is not None:
+            return shipped
     cache = args.out / f"{variant}{args.num_nodes}_test_first{args.instances}_pyvrp{args.solver_seconds:g}s.npy"
     if cache.exists():
         return np.load(cache, allow_pickle=False)
@@ -59,9 +65,15 @@ def main():
     parser.add_argument("--instances", type=int, default=200, help="first K instances of each test set")
     parser.add_argument("--solver-seconds", type=float, default=1.0, help="PyVRP time limit per instance")
     parser.add_argument("--jobs", type=int, default=2, help="PyVRP processes")
+    parser.add_argument("--augment", type=int, default=1, choices=(1, 8), help="multi-greedy: symmetries decoded")
+    parser.add_argument("--batch-size", type=int, default=100, help="instances decoded at once")
     parser.add_argument("--out", type=Path, default=Path("runs/references/vrp"), help="reference cache folder")
     parser.add_argument("--output", type=Path, help="write the table as JSON")
     args = parser.parse_args()
+    if not (1 <= args.instances <= 1000 and 2 <= args.num_nodes <= 1000 and 1 <= args.jobs <= 64):
+        parser.error("--instances takes 1..1000, --num-nodes 2..1000, --jobs 1..64")
+    if not (0 < args.solver_seconds <= 3600 and 1 <= args.batch_size <= 10_000):
+        parser.error("--solver-seconds takes (0, 3600], --batch-size 1..10000")
     torch.set_num_threads(1)
     agents = {}
     for item in args.checkpoints:
@@ -77,10 +89,11 @@ def main():
             (data,) = load_data("test", "mtvrp", args.num_nodes, args.instances, variant=variant)
             row = {"variant": variant, "pyvrp": float(reference.mean()), "lengths": {}}
             for name, agent in agents.items():
-                for decoding in ("greedy", "multi-greedy"):
-                    lengths = decode(agent, data.instances, decoding, batch_size=args.instances).lengths
-                    row[f"{name} {decoding}"] = float(100 * (lengths / reference - 1).mean())
-                    row["lengths"][f"{name} {decoding}"] = float(lengths.mean())
+                for decoding, copies in (("greedy", 1), ("multi-greedy", args.augment)):
+                    result = decode(agent, data.instances, decoding, augment_copies=copies, batch_size=args.batch_size)
+                    column = f"{name} {decoding}" + (f" x{copies}" if copies > 1 else "")
+                    row[column] = float(100 * (result.lengths / reference - 1).mean())
+                    row["lengths"][column] = float(result.lengths.mean())
             rows.append(row)
             columns = list(row["lengths"])
             figures = "  ".join(f"{c}={row['lengths'][c]:.4f} ({row[c]:.2f}%)" for c in columns)

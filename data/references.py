@@ -24,6 +24,7 @@ from importlib import resources
 import numpy as np
 from ppoor.data.datasets import Dataset, load_data
 from ppoor.envs.instances import KOOL_SEEDS
+from ppoor.envs.vrp import VARIANTS
 from ppoor.search.solutions import INTEGER_ROUNDINGS, depot_points, vrp_cost
 
 UNIT_SCALE = 10_000
@@ -189,16 +190,30 @@ def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
 SHIPPED_SOLVERS = {"tsp": "lkh", "cvrp": "pyvrp0.5s"}
 """The solver behind the shipped reference lengths of each problem's validation sets (see
 ``data/reference_lengths/README.md``)."""
+VRP_SHIPPED_SECONDS = {50: 1.0, 100: 2.0}
+"""PyVRP's time per instance behind the shipped lengths of RouteFinder's VRP test sets, by size."""
 
 
-def shipped_references(problem: str, num_nodes: int, split: str, count: int) -> np.ndarray | None:
-    """The first ``count`` reference lengths of a Kool et al. set shipped with ppo-or
-    (``data/reference_lengths``), None when none ships for it or it holds fewer."""
+def shipped_name(problem: str, num_nodes: int, split: str, variant: str | None = None) -> str | None:
+    """The file name of the shipped reference lengths of a standard set, None where none is made."""
+    if problem == "mtvrp":
+        if split != "test" or num_nodes not in VRP_SHIPPED_SECONDS:
+            return None
+        return f"{variant}{num_nodes}_test_seed{KOOL_SEEDS[split]}_pyvrp{VRP_SHIPPED_SECONDS[num_nodes]:g}s.npy"
     if problem not in SHIPPED_SOLVERS:
         return None
-    name = f"{problem}{num_nodes}_{split}_seed{KOOL_SEEDS[split]}_{SHIPPED_SOLVERS[problem]}.npy"
-    resource = resources.files("ppoor.data.reference_lengths").joinpath(name)
-    if not resource.is_file():
+    return f"{problem}{num_nodes}_{split}_seed{KOOL_SEEDS[split]}_{SHIPPED_SOLVERS[problem]}.npy"
+
+
+def shipped_references(
+    problem: str, num_nodes: int, split: str, count: int, variant: str | None = None
+) -> np.ndarray | None:
+    """The first ``count`` reference lengths of a standard set shipped with ppo-or
+    (``data/reference_lengths``: Kool et al.'s validation sets, RouteFinder's VRP test sets of one
+    ``variant``), None when none ships for it or it holds fewer."""
+    name = shipped_name(problem, num_nodes, split, variant)
+    resource = resources.files("ppoor.data.reference_lengths").joinpath(name) if name else None
+    if resource is None or not resource.is_file():
         return None
     with resource.open("rb") as f:
         lengths = np.load(f, allow_pickle=False)
@@ -235,9 +250,12 @@ def kool_references(problem: str, num_nodes: int, split: str, count: int, cache_
     return lengths
 
 
-def reference_lengths(problem: str, num_nodes: int, split: str, count: int, solver: str, seconds: float) -> np.ndarray:
-    """``solver``'s lengths [count] of the first ``count`` instances of a Kool et al. set."""
-    (data,) = load_data(f"kool-{split}", problem, num_nodes, count)
+def reference_lengths(
+    problem: str, num_nodes: int, split: str, count: int, solver: str, seconds: float, variant: str | None = None
+) -> np.ndarray:
+    """``solver``'s lengths [count] of the first ``count`` instances of a standard set (Kool et al.'s;
+    for the VRP, RouteFinder's of ``variant``)."""
+    (data,) = load_data(split, problem, num_nodes, count, variant=variant)
     return np.array([solve_reference(data, i, solver, seconds) for i in range(count)])
 
 
@@ -379,14 +397,26 @@ FAMILY_SOLVERS = {
 
 
 if __name__ == "__main__":  # how the shipped reference lengths were made (data/reference_lengths/README.md)
-    parser = argparse.ArgumentParser(description="reference lengths of a Kool et al. set, written as .npy")
-    parser.add_argument("--problem", choices=sorted(SHIPPED_SOLVERS), required=True)
+    parser = argparse.ArgumentParser(description="reference lengths of a standard set, written as .npy")
+    parser.add_argument("--problem", choices=[*sorted(SHIPPED_SOLVERS), "mtvrp"], required=True)
+    parser.add_argument("--variant", choices=VARIANTS, help="mtvrp: the VRP variant (RouteFinder's test set of it)")
     parser.add_argument("--num-nodes", type=int, required=True)
     parser.add_argument("--split", choices=sorted(KOOL_SEEDS), default="val")
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=0.5, help="PyVRP's time per instance")
     parser.add_argument("--out", required=True, help="the .npy file to write")
     cli = parser.parse_args()
+    if (cli.problem == "mtvrp") != (cli.variant is not None):
+        parser.error("--variant is given with --problem mtvrp, and only with it")
+    if not (1 <= cli.count <= 10_000 and 2 <= cli.num_nodes <= 1000 and 0 < cli.seconds <= 3600):
+        parser.error("--count takes 1..10000, --num-nodes 2..1000, --seconds (0, 3600]")
     solver = "lkh" if cli.problem == "tsp" else "pyvrp"
-    np.save(cli.out, reference_lengths(cli.problem, cli.num_nodes, cli.split, cli.count, solver, cli.seconds))
+    lengths = reference_lengths(cli.problem, cli.num_nodes, cli.split, cli.count, solver, cli.seconds, cli.variant)
+    tmp = f"{cli.out}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            np.save(f, lengths)
+        os.replace(tmp, cli.out)
+    except OSError as exc:
+        parser.error(f"--out {cli.out}: cannot be written ({exc.strerror})")
     print(f"wrote {cli.out}")

@@ -200,6 +200,45 @@ def test_the_shipped_references_are_what_the_solvers_give():
     )
 
 
+def test_the_shipped_vrp_references_cover_every_variant_and_are_pyvrps():
+    """RouteFinder's test sets carry shipped PyVRP lengths: the 16 classic variants at 50 (100
+    instances) and 100 (32), the 32 multi-depot / mixed-backhaul ones at 50 (32); the first two of three
+    variants recomputed (PyVRP 1 s each, as shipped; within 2%: a time-limited search depends on the
+    machine)."""
+    from ppoor.data.references import reference_lengths, shipped_references
+    from ppoor.envs.vrp import CLASSIC, VARIANTS
+
+    for variant in VARIANTS:
+        for n, count in ((50, 100 if variant in CLASSIC else 32), *(((100, 32),) if variant in CLASSIC else ())):
+            lengths = shipped_references("mtvrp", n, "test", count, variant)
+            assert lengths is not None and lengths.shape == (count,) and np.isfinite(lengths).all(), (variant, n)
+    assert shipped_references("mtvrp", 50, "test", 101, "cvrp") is None  # it holds fewer
+    assert shipped_references("mtvrp", 20, "test", 10, "cvrp") is None  # none ships at 20
+    pytest.importorskip("pyvrp", reason="PyVRP is an optional extra")
+    for variant in ("cvrp", "ovrpbltw", "mdvrpmbtw"):
+        np.testing.assert_allclose(
+            shipped_references("mtvrp", 50, "test", 2, variant),
+            reference_lengths("mtvrp", 50, "test", 2, "pyvrp", 1.0, variant),
+            rtol=0.02,
+        )
+
+
+def test_eval_gives_gaps_on_the_standard_sets_from_the_shipped_references(tmp_path, capsys):
+    from ppoor.data.references import shipped_references
+
+    result = run(tmp_path, "--checkpoint", "mtvrp20", "--variant", "vrptw", "--num-nodes", "50", "--num-instances", "2")
+    assert result["references"] == shipped_references("mtvrp", 50, "test", 2, "vrptw").tolist()
+    assert "vrptw50_test_seed1234_pyvrp1s.npy (shipped)" in capsys.readouterr().out
+    assert np.isfinite(result["mean_gap"]) and result["mean_gap"] > 0
+    given = tmp_path / "mine.npy"
+    np.save(given, np.array([1.0, 2.0]))
+    result = run(tmp_path, "--checkpoint", "mtvrp20", "--variant", "vrptw", "--num-nodes", "50",
+                 "--num-instances", "2", "--references", str(given))  # fmt: skip
+    assert result["references"] == [1.0, 2.0]  # given ones win
+    result = run(tmp_path, "--checkpoint", "mtvrp20", "--variant", "vrptw", "--num-instances", "2")
+    assert "references" not in result  # none ships at 20
+
+
 def test_route_legends_add_up_to_the_solution(tmp_path):
     result = run(tmp_path, "--checkpoint", "mtvrp20", "--variant", "vrpb", "--num-instances", "2")
     (group,) = evaluator.load_data("test", "mtvrp", 20, 2, variant="vrpb")
