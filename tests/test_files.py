@@ -176,7 +176,7 @@ def test_bad_files_and_checkpoints_stop_with_one_line(tmp_path):
 
 
 def test_shipped_checkpoints_and_references_are_found_by_name():
-    assert {"tsp20", "tsp50", "cvrp20", "cvrp50", "mtvrp20", "flatland/flatland35"} <= set(shipped_names())
+    assert {"tsp20", "tsp50", "cvrp20", "cvrp50", "mtvrp20", "mtvrp50", "flatland/flatland35"} <= set(shipped_names())
     assert shipped_checkpoint("checkpoints/tsp20.pt") == shipped_checkpoint("tsp20")
     assert shipped_checkpoint("../README") is None
     for problem, n in (("tsp", 20), ("tsp", 50), ("tsp", 100), ("cvrp", 20), ("cvrp", 50)):

@@ -482,23 +482,25 @@ CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
 
 
 @pytest.mark.parametrize(
-    ("name", "variant", "greedy", "multi_greedy"),
+    ("name", "variant", "num_nodes", "count", "greedy", "multi_greedy"),
     [
-        ("vrptw20", "vrptw", 9.2265, 8.8771),
-        ("mtvrp20", "ovrpbltw", 6.2972, 6.1283),
-        ("mtvrp20", "classic", 6.717, 6.3984),
-        ("families/mdvrp20", "mdcvrp", 5.8294, 5.3491),
-        ("families/mdvrptw20", "mdvrptw", 8.1148, 7.4352),
+        ("vrptw20", "vrptw", 20, 100, 9.2265, 8.8771),
+        ("mtvrp20", "ovrpbltw", 20, 100, 6.2972, 6.1283),
+        ("mtvrp20", "classic", 20, 100, 6.717, 6.3984),
+        ("families/mdvrp20", "mdcvrp", 20, 50, 5.8294, 5.3491),
+        ("families/mdvrptw20", "mdvrptw", 20, 50, 8.1148, 7.4352),
+        ("mtvrp50", "vrpbtw", 50, 20, 20.7856, 20.0761),
+        ("mtvrp50", "mdovrpmbl", 50, 20, 6.6819, 6.3068),
     ],
 )
-def test_shipped_checkpoints_reproduce_their_figures(name, variant, greedy, multi_greedy):
-    """The weights in checkpoints/ (README's tables) decode the first 100 (families: 50) test
-    instances of a variant (RouteFinder's sets since multiple depots came; the weights loaded through
+def test_shipped_checkpoints_reproduce_their_figures(name, variant, num_nodes, count, greedy, multi_greedy):
+    """The weights in checkpoints/ (README's tables) decode the first ``count`` test instances of a
+    variant (RouteFinder's sets since multiple depots came; the weights loaded through
     ``upgrade_vrp_weights``) to the mean costs measured then."""
     torch.set_num_threads(1)
     agent, ckpt = load_agent(CHECKPOINTS / f"{name}.pt", problem="mtvrp")
-    assert "optimizer" not in ckpt and ckpt["num_nodes"] == 20
-    data = vrp_dataset(variant, 20, "test", 50 if name.startswith("families") else 100)
+    assert "optimizer" not in ckpt and ckpt["num_nodes"] == num_nodes
+    data = vrp_dataset(variant, num_nodes, "test", count)
     assert decode(agent, data, "greedy").lengths.mean() == pytest.approx(greedy, rel=2e-3)
     assert decode(agent, data, "multi-greedy").lengths.mean() == pytest.approx(multi_greedy, rel=2e-3)
 
