@@ -243,11 +243,16 @@ def kool_references(problem: str, num_nodes: int, split: str, count: int, cache_
     print(f"computing LKH references for {count} validation instances once (cached in {path})", flush=True)
     lengths = reference_lengths("tsp", num_nodes, split, count, "lkh", 0.0)
     os.makedirs(cache_dir, exist_ok=True)
+    save_lengths(path, lengths)
+    return lengths
+
+
+def save_lengths(path: str, lengths: np.ndarray) -> None:
+    """Writes ``lengths`` as an .npy at ``path`` atomically (a reader never sees half a file)."""
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
         np.save(f, lengths)
     os.replace(tmp, path)
-    return lengths
 
 
 def reference_lengths(
@@ -412,11 +417,8 @@ if __name__ == "__main__":  # how the shipped reference lengths were made (data/
         parser.error("--count takes 1..10000, --num-nodes 2..1000, --seconds (0, 3600]")
     solver = "lkh" if cli.problem == "tsp" else "pyvrp"
     lengths = reference_lengths(cli.problem, cli.num_nodes, cli.split, cli.count, solver, cli.seconds, cli.variant)
-    tmp = f"{cli.out}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "wb") as f:
-            np.save(f, lengths)
-        os.replace(tmp, cli.out)
+        save_lengths(cli.out, lengths)
     except OSError as exc:
         parser.error(f"--out {cli.out}: cannot be written ({exc.strerror})")
     print(f"wrote {cli.out}")
