@@ -13,11 +13,15 @@ heuristic (acting at every step on the raw simulator). For a policy trained with
 also plays that layer alone with shortest-path choices (``shortest_path_safety``, an ablation: what
 the layer gives without the learned policy; reported, not counted as a baseline). A checkpoint with
 a learned release classifier also plays the policy with it (``policy_learned_release``: a train
-starts when its predicted chance of arriving passes --threshold). It prints the fraction of
-trains that arrived, the deadlock fraction, Flatland's normalized score and seconds per simulator
-step, and the policy's arrival-rate lead over the best baseline. ``--output`` writes them as JSON:
-per size ``width``, ``height``, ``trains``, ``episodes`` and, per rule, ``arrival_rate``,
-``deadlock_rate``, ``score``, ``seconds_per_step``.
+starts when its predicted chance of arriving passes --threshold, by default the threshold the
+training chose on its validation maps). ``--rules`` plays a subset (large maps take minutes per
+rule). It prints the fraction of trains that arrived, the deadlock fraction, Flatland's normalized
+score, seconds per simulator step (all included) beside the simulator's own step time, and train
+decisions per second, then the policy's arrival-rate lead over the best baseline and over the layer
+alone. ``--output`` writes them as JSON: per size ``width``, ``height``, ``trains``, ``episodes``,
+the leads (``lead_over_best_baseline``, ``lead_over_safety_layer_alone``, where those rules were
+played) and, per rule, ``arrival_rate``, ``deadlock_rate``, ``score``, ``seconds_per_step``,
+``flatland_seconds_per_step``, ``decisions_per_second``.
 """
 
 import json
@@ -42,7 +46,19 @@ from ppoor.search.rail import (
     shortest_path_rule,
 )
 
-METRICS = ("arrival_rate", "deadlock_rate", "score", "seconds_per_step")
+METRICS = (
+    "arrival_rate", "deadlock_rate", "score", "seconds_per_step", "flatland_seconds_per_step", "decisions_per_second"
+)  # fmt: skip
+RULES = (
+    "policy",
+    "policy_learned_release",
+    "shortest_path",
+    "shortest_path_release",
+    "random",
+    "shortest_path_safety",
+    "deadlock_avoidance",
+)
+"""Every rule eval_flatland.py can play (``--rules``)."""
 ABLATION = "shortest_path_safety"  # the safety layer with shortest-path choices, no learned policy
 SHIPPED = "flatland/flatland35"  # found by models.checkpoints.shipped_checkpoint, in a checkout or installed
 
@@ -63,8 +79,12 @@ class Args:
     max_active: int | None = None
     """trains running at once for the policy and the release baseline (default: the checkpoint's training value;
     the release baseline: 5 when that was all trains)"""
-    threshold: float = 0.5
-    """the learned release classifier starts a train when its predicted chance of arriving reaches this"""
+    threshold: float | None = None
+    """the learned release classifier starts a train when its predicted chance of arriving reaches this (default:
+    the threshold the checkpoint chose on its validation maps, else 0.5)"""
+    rules: tuple[str, ...] = RULES
+    """the rules to play (a subset saves time on large maps): policy, policy_learned_release, shortest_path,
+    shortest_path_release, random, shortest_path_safety, deadlock_avoidance"""
     output: str | None = None
     """write the results as JSON to this file"""
     render: str | None = None
@@ -95,6 +115,8 @@ LIMITS = {
 def check_args(args: Args) -> list[tuple[int, int, int]]:
     """Fails early, in one line: numbers out of range, bad sizes, output or render paths."""
     fail(check_numbers(args, LIMITS))
+    if unknown := [name for name in args.rules if name not in RULES]:
+        sys.exit(f"error: --rules {' '.join(unknown)}: unknown; choose from {', '.join(RULES)}")
     sizes = [parse_size(size) for size in args.sizes]
     for width, height, trains in sizes:
         try:
@@ -171,37 +193,35 @@ def main(args: Args) -> None:
     classifier = load_release_classifier(ckpt)
     train_args = ckpt["args"]
     depth, radius = train_args["tree_depth"], train_args["comm_radius"]
-    safety = train_args.get("safety", False)
+    safety, wait = train_args.get("safety", False), train_args.get("wait", False)
     max_active = args.max_active or train_args["max_active"]
     release_active = max_active or 5
+    threshold = args.threshold if args.threshold is not None else ckpt.get("release_threshold", 0.5)
     print(
         f"policy {checkpoint} (trained on {train_args['width']}x{train_args['height']} with {train_args['trains']} "
-        f"trains{', safety layer' if safety else ''}), {args.episodes} maps per size from seed {args.seed}, "
-        f"release {max_active or 'all'} at a time"
+        f"trains{', safety layer' if safety else ''}{', waiting allowed' if wait else ''}), {args.episodes} maps per "
+        f"size from seed {args.seed}, release {max_active or 'all'} at a time"
+        + (f", learned release threshold {threshold:g}" if classifier is not None else "")
     )
     results = []
     for width, height, trains in sizes:
-        rules = {  # name: (rule, trains at once, release rule, safety layer)
-            "policy": (policy_rule(policy), max_active, None, safety),
-            "shortest_path": (shortest_path_rule, None, None, False),
-            "shortest_path_release": (shortest_path_rule, release_active, None, False),
-            "random": (random_rule(np.random.default_rng(args.seed)), None, None, False),
+        rules = {  # name: (rule, trains at once, release rule, safety layer, waiting allowed)
+            "policy": (policy_rule(policy), max_active, None, safety, wait),
+            "shortest_path": (shortest_path_rule, None, None, False, False),
+            "shortest_path_release": (shortest_path_rule, release_active, None, False, False),
+            "random": (random_rule(np.random.default_rng(args.seed)), None, None, False, False),
         }
         if classifier is not None:
-            rules["policy_learned_release"] = (
-                policy_rule(policy),
-                None,
-                learned_release(classifier, depth, args.threshold),
-                safety,
-            )
+            release = learned_release(classifier, depth, threshold)
+            rules["policy_learned_release"] = (policy_rule(policy), None, release, safety, wait)
         if safety:
-            rules[ABLATION] = (shortest_path_rule, max_active, None, True)
+            rules[ABLATION] = (shortest_path_rule, max_active, None, True, False)
+        rules = {name: rule for name, rule in rules.items() if name in args.rules}
         row = {"width": width, "height": height, "trains": trains, "episodes": args.episodes}
-        for name, (rule, active, release, guarded) in rules.items():
+        for name, (rule, active, release, guarded, waits) in rules.items():
             drawn = name == "policy" and args.render and not results  # the first size's first map
-            env = RailDecisionEnv(
-                width, height, trains, max_active=min(active, trains) if active else None, safety=guarded, record=drawn
-            )
+            active = min(active, trains) if active else None
+            env = RailDecisionEnv(width, height, trains, max_active=active, safety=guarded, record=drawn, wait=waits)
             played = []
             for k in range(args.episodes):
                 played.append(play(env, args.seed + k, rule, depth, radius, release_rule=release))
@@ -209,24 +229,31 @@ def main(args: Args) -> None:
                     render_episode(args.render, env, f"policy {checkpoint.name}, map seed {args.seed}")
                     env.record = False
             row[name] = {metric: float(np.mean([p[metric] for p in played])) for metric in METRICS}
-        dla = [play_deadlock_avoidance(width, height, trains, args.seed + k) for k in range(args.episodes)]
-        if dla[0] is not None:  # flatland-baselines installed
-            rules["deadlock_avoidance"] = None
-            row["deadlock_avoidance"] = {metric: float(np.mean([p[metric] for p in dla])) for metric in METRICS}
-        baselines = [n for n in rules if not n.startswith("policy") and n != ABLATION]
-        best = max(baselines, key=lambda n: row[n]["arrival_rate"])
-        mine = max((n for n in rules if n.startswith("policy")), key=lambda n: row[n]["arrival_rate"])
-        row["lead_over_best_baseline"] = row[mine]["arrival_rate"] - row[best]["arrival_rate"]
+        if "deadlock_avoidance" in args.rules:
+            dla = [play_deadlock_avoidance(width, height, trains, args.seed + k) for k in range(args.episodes)]
+            if dla[0] is not None:  # flatland-baselines installed
+                rules["deadlock_avoidance"] = None
+                row["deadlock_avoidance"] = {metric: float(np.mean([p[metric] for p in dla])) for metric in METRICS}
         results.append(row)
         print(f"{width}x{height}, {trains} trains:")
         for name in rules:
             r = row[name]
             print(
                 f"  {name:<22} arrived {r['arrival_rate']:.3f}  deadlocked {r['deadlock_rate']:.3f}  "
-                f"score {r['score']:.3f}  {1000 * r['seconds_per_step']:.1f} ms/step"
+                f"score {r['score']:.3f}  {1000 * r['seconds_per_step']:.1f} ms/step (Flatland's step "
+                f"{1000 * r['flatland_seconds_per_step']:.1f} ms)  {r['decisions_per_second']:,.0f} decisions/s"
             )
-        print(f"  {mine} vs the best baseline ({best}): {row['lead_over_best_baseline']:+.3f} arrival rate", flush=True)
-        if safety:
+        mine = [n for n in rules if n.startswith("policy")]
+        if not mine:
+            continue
+        mine = max(mine, key=lambda n: row[n]["arrival_rate"])
+        baselines = [n for n in rules if not n.startswith("policy") and n != ABLATION]
+        if baselines:
+            best = max(baselines, key=lambda n: row[n]["arrival_rate"])
+            row["lead_over_best_baseline"] = row[mine]["arrival_rate"] - row[best]["arrival_rate"]
+            lead = row["lead_over_best_baseline"]
+            print(f"  {mine} vs the best baseline ({best}): {lead:+.3f} arrival rate", flush=True)
+        if ABLATION in rules:
             row["lead_over_safety_layer_alone"] = row[mine]["arrival_rate"] - row[ABLATION]["arrival_rate"]
             print(f"  {mine} vs the safety layer alone: {row['lead_over_safety_layer_alone']:+.3f} arrival rate")
     if args.output:

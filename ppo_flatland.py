@@ -55,7 +55,7 @@ from ppoor.models.runs import (
     wandb_problem,
 )
 from ppoor.models.runs import progress as progress_text
-from ppoor.search.rail import play, policy_rule, shortest_path_rule, waiting_features
+from ppoor.search.rail import learned_release, play, policy_rule, shortest_path_rule, waiting_features
 from torch.utils.tensorboard import SummaryWriter
 
 VAL_SEED = 1_000_000  # validation maps: seeds VAL_SEED, VAL_SEED + 1, ...
@@ -96,6 +96,12 @@ class Args:
     safety: bool = True
     """act within the safety layer (branches with a clear path only, moves checked one after another, trains
     enter when their path is clear); --no-safety: the policy alone decides, as in the winners' design"""
+    wait: bool = False
+    """with the safety layer, a deciding train may also stop while a branch is clear (the layer then only vetoes
+    moves into head-on conflicts; waiting for a train to pass is the policy's choice)"""
+    prior_weight: float = 0.0
+    """residual policy: add this x the one-hot choice of the safety layer's shortest-path rule to the actor's
+    logits, so the untrained policy plays that rule and PPO learns where to differ (0 = a plain policy)"""
     tree_depth: int = 2
     """levels of switches in the observation tree (edges: 2 + 4 + ... + 2^depth)"""
     comm_radius: int = 10
@@ -168,6 +174,7 @@ LIMITS = {
     "trains": (1, 10_000),
     "cities": (2, 1_000),
     "max_active": (1, 10_000),
+    "prior_weight": (0.0, 100.0),
     "tree_depth": (1, 6),
     "comm_radius": (0, 10_000),
     "total_seconds": (1.0, MAX_SECONDS),
@@ -189,6 +196,8 @@ def check_args(args: Args) -> None:
         problems.append(problem)
     if args.imitation_episodes and not args.safety:
         problems.append("--imitation-episodes imitates the safety layer's rule: drop --no-safety")
+    if args.wait and not args.safety:
+        problems.append("--wait lets the safety layer's trains stop while a move is clear: drop --no-safety")
     fail(problems)
     try:
         make_env(args)
@@ -197,7 +206,9 @@ def check_args(args: Args) -> None:
 
 
 def make_env(args: Args) -> RailDecisionEnv:
-    return RailDecisionEnv(args.width, args.height, args.trains, args.max_active, args.cities, args.safety)
+    return RailDecisionEnv(
+        args.width, args.height, args.trains, args.max_active, args.cities, args.safety, wait=args.wait
+    )
 
 
 def batch(observations: list, keys=POLICY_INPUTS) -> list:
@@ -241,8 +252,8 @@ def rollout(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
     decisions = 0
     with torch.no_grad():
         while not all(env.done for env in envs):
-            edges, globs, neighbors, allowed = batch(obs)
-            logits, value = policy(edges, globs, neighbors)
+            edges, globs, neighbors, allowed, prior = batch(obs)
+            logits, value = policy(edges, globs, neighbors, None, prior)
             dist = torch.distributions.Categorical(logits=mask_logits(logits, allowed))
             if teacher is None:
                 action = dist.sample()  # [B, T]
@@ -251,7 +262,9 @@ def rollout(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
             step_deciding = np.stack([o["deciding"] for o in obs]) & ~np.array(
                 [[env.done] * args.trains for env in envs]
             )
-            out["stored"].append({"edges": edges, "globals": globs, "neighbors": neighbors, "mask": allowed})
+            out["stored"].append(
+                {"edges": edges, "globals": globs, "neighbors": neighbors, "mask": allowed, "prior": prior}
+            )
             out["values"].append(value)
             out["deciding"].append(step_deciding)
             out["rewards"].append(np.zeros((len(envs), args.trains)))
@@ -380,16 +393,37 @@ def train_release_classifier(
     }
 
 
-def evaluate(policy: RailPolicy, args: Args, stop: StopRequest | None = None) -> dict:
-    """The greedy policy on the validation maps: mean arrival and deadlock rate and score (over the maps
-    played before ``stop`` was requested, at least one)."""
+def evaluate(policy: RailPolicy, args: Args, stop: StopRequest | None = None, release_rule=None) -> dict:
+    """The greedy policy on the validation maps (with the training release heuristic, or ``release_rule``):
+    mean arrival and deadlock rate and score (over the maps played before ``stop`` was requested, at
+    least one)."""
     env = make_env(args)
     results = []
     for k in range(args.eval_episodes):
         if stop is not None and stop.requested and results:
             break
-        results.append(play(env, VAL_SEED + k, policy_rule(policy), args.tree_depth, args.comm_radius))
+        rule = policy_rule(policy)
+        results.append(play(env, VAL_SEED + k, rule, args.tree_depth, args.comm_radius, release_rule=release_rule))
     return {key: float(np.mean([r[key] for r in results])) for key in ("arrival_rate", "deadlock_rate", "score")}
+
+
+RELEASE_THRESHOLDS = (0.0, 0.25, 0.5, 0.75)
+"""The learned release's thresholds tried on the validation maps; the best one is kept in the checkpoint."""
+
+
+def choose_threshold(policy: RailPolicy, classifier: ReleaseClassifier, args: Args, stop: StopRequest) -> dict:
+    """The threshold of ``RELEASE_THRESHOLDS`` with the best validation arrival rate of the greedy policy
+    with the learned release (the validation maps are disjoint from eval_flatland.py's test maps): its
+    figures and ``threshold``; the first ties win."""
+    best = {"arrival_rate": -1.0}
+    for threshold in RELEASE_THRESHOLDS:
+        if stop.requested:
+            break
+        result = evaluate(policy, args, stop, learned_release(classifier, args.tree_depth, threshold))
+        print(f"release threshold {threshold:g}: validation arrival rate {result['arrival_rate']:.3f}", flush=True)
+        if result["arrival_rate"] > best["arrival_rate"]:
+            best = {**result, "threshold": threshold}
+    return best
 
 
 RESUME_OVERRIDES = ("total_timesteps", "total_seconds", "checkpoint_interval", "eval_interval", "threads", "track",
@@ -426,6 +460,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         "edge_features": len(EDGE_FEATURES),
         "global_features": len(GLOBAL_FEATURES),
         "hidden": args.hidden,
+        "prior_weight": args.prior_weight,
     }
     policy = RailPolicy(**model_config)
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate, eps=1e-5)
@@ -497,14 +532,16 @@ def main(args: Args, given: set[str] | None = None) -> None:
             f"episodes, greedy agreement {figures['agreement']:.3f}",
             flush=True,
         )
-        if args.eval_interval and not stop.requested:
-            result = evaluate(policy, args, stop)
-            best.update(arrival_rate=result["arrival_rate"], iteration=0, model=copy.deepcopy(policy.state_dict()))
-            print(f"imitation: validation arrival rate {result['arrival_rate']:.3f}", flush=True)
+    if (args.imitation_episodes or args.prior_weight) and not ckpt and args.eval_interval and not stop.requested:
+        result = evaluate(policy, args, stop)  # the imitated or residual policy starts as the layer's rule
+        best.update(arrival_rate=result["arrival_rate"], iteration=0, model=copy.deepcopy(policy.state_dict()))
+        print(f"start: validation arrival rate {result['arrival_rate']:.3f}", flush=True)
     # --total-seconds bounds the whole run: the training stops early enough for the release data and the
     # final evaluation, whose time is estimated from the rollouts' seconds per episode
     first_iteration, first_step, seconds_per_episode = iteration, global_step, 0.0
-    final_episodes = args.release_episodes + args.eval_episodes
+    final_episodes = args.eval_episodes + (
+        args.release_episodes + len(RELEASE_THRESHOLDS) * args.eval_episodes if args.release_episodes else 0
+    )
 
     def out_of_time() -> bool:
         reserve = seconds_per_episode * final_episodes
@@ -654,12 +691,15 @@ def main(args: Args, given: set[str] | None = None) -> None:
         )
     if args.release_episodes and (trained := train_release_classifier(policy, args, rng, stop)):
         classifier, figures = trained
-        release = {"release_model": classifier.state_dict(), "release_config": classifier.shape}
         print(
             f"release classifier: {figures['samples']} releases from {args.release_episodes} episodes "
             f"({figures['arrived_share']:.0%} arrived), training accuracy {figures['accuracy']:.3f}",
             flush=True,
         )
+        release = {"release_model": classifier.state_dict(), "release_config": classifier.shape}
+        if args.eval_episodes and "threshold" in (chosen := choose_threshold(policy, classifier, args, stop)):
+            release["release_threshold"] = chosen["threshold"]
+            print(f"release threshold {chosen['threshold']:g} kept (chosen on the validation maps)", flush=True)
     path = write_checkpoint()
     result = evaluate(policy, args, stop) if args.eval_episodes and not stop.requested else {}
     if result:

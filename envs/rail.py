@@ -21,6 +21,8 @@ a deadlock, and a scheduler releases a few trains at a time.
   (``action_mask``); moves of trains deciding
   in the same step are checked one after another and a move no longer clear becomes a stop; a
   released train enters the map only when its path is clear.
+  With ``wait=True`` the layer is a veto only: a deciding train may also stop while a branch is
+  clear (waiting for a train to pass is then the policy's choice, not the layer's).
 - Each train draws a random id in [0, 1] per episode (``ids``): it orders the safety checks and
   enters the observation (it lets trains settle who yields).
 
@@ -29,6 +31,7 @@ Shapes: T trains. Positions are (row, column); directions 0..3 = north, east, so
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -44,6 +47,7 @@ from ppoor.envs.rail_track import (
     branches,
     deadlocked_trains,
     decision_point,
+    next_cell,
     occupancy,
     simulator_action,
 )
@@ -121,12 +125,13 @@ class RailDecisionEnv:
         cities: int | None = None,
         safety: bool = False,
         record: bool = False,
+        wait: bool = False,
     ):
         if max_active is not None and max_active < 1:
             raise ValueError(f"max_active must be at least 1, got {max_active}")
         self.width, self.height, self.trains, self.cities = width, height, trains, cities
         self.max_active = max_active or trains
-        self.safety = safety
+        self.safety, self.wait = safety, wait
         self.record = record  # keep every train's cell after each simulator step in ``paths`` (for pictures)
         self.paths = None
         check_map(width, height, trains, cities)  # fails early on impossible arguments
@@ -151,6 +156,7 @@ class RailDecisionEnv:
         self.queue = list(self.release_order() if release_order is None else release_order)
         self.last_distance = np.array([self.distance(h) for h in range(self.trains)], dtype=np.float64)
         self.decisions = self.simulator_steps = 0
+        self.simulator_seconds = 0.0  # wall time inside the simulator's own step
         self.pending = np.zeros(self.trains)  # rewards earned before the first decision
         self.flatland_return = np.zeros(self.trains)  # the simulator's own rewards, for its score
         self.release()
@@ -216,7 +222,26 @@ class RailDecisionEnv:
 
         if not self.safety:
             return np.ones((self.trains, 3), dtype=bool)
-        return safe_actions(self.book, self.deciding(), occupancy(self.env))
+        return safe_actions(self.book, self.deciding(), occupancy(self.env), self.wait)
+
+    def shortest_path_actions(self, mask: np.ndarray, deciding: np.ndarray) -> np.ndarray:
+        """actions [T]: each deciding train (``deciding`` [T] bool) takes the branch on its shortest path
+        to its target if ``mask`` [T, 3] allows it, else the other branch if allowed and it still leads
+        to the target, else it stops; LEFT for the other trains. With the safety layer's mask, this is
+        the layer's own rule (it never stops while a move is clear)."""
+        actions = np.full(self.trains, LEFT)
+        for handle in np.flatnonzero(deciding):
+            position, heading = self.env.agents[handle].current_configuration
+            ways = branches(self.env, position, heading)
+            to_target = [self.distances[handle][(*next_cell(position, way), way)] for way in (ways[0], ways[-1])]
+            best, other = (LEFT, RIGHT) if to_target[0] <= to_target[1] else (RIGHT, LEFT)
+            if mask[handle, best]:
+                actions[handle] = best
+            elif mask[handle, other] and np.isfinite(to_target[other - LEFT]):
+                actions[handle] = other
+            else:
+                actions[handle] = STOP
+        return actions
 
     def step(self, actions) -> tuple[np.ndarray, np.ndarray, dict]:
         """Applies ``actions`` [T] of the deciding trains (through the safety layer when on), then runs
@@ -277,7 +302,9 @@ class RailDecisionEnv:
         """One simulator step; arrival and deadlock rewards go to ``rewards`` [T]."""
         from flatland.envs.step_utils.states import TrainState
 
+        start = time.perf_counter()
         _, flatland_rewards, _, _ = self.env.step(actions)
+        self.simulator_seconds += time.perf_counter() - start
         self.flatland_return += np.array([flatland_rewards[h] for h in range(self.trains)], dtype=np.float64)
         self.simulator_steps += 1
         if self.paths is not None:

@@ -90,15 +90,16 @@ def move_path(book: PathBook, handle: int, action: int) -> tuple:
     return ((cell, way),) + book.path(handle, cell, way)
 
 
-def safe_actions(book: PathBook, deciding: np.ndarray, occupied: dict) -> np.ndarray:
+def safe_actions(book: PathBook, deciding: np.ndarray, occupied: dict, wait: bool = False) -> np.ndarray:
     """bool [T, 3]: the allowed actions of each deciding train: left / right branch when the path
     through that branch is clear, stop only when neither is (a train keeps moving while it can: in a
-    time-limited episode every step stood still is lost); every action for the other trains."""
+    time-limited episode every step stood still is lost), or always with ``wait`` (the layer only
+    vetoes moves); every action for the other trains."""
     out = np.ones((len(deciding), 3), dtype=bool)
     for handle in np.flatnonzero(deciding):
         for action in (LEFT, RIGHT):
             out[handle, action] = clear(book, handle, move_path(book, handle, action), occupied)
-        out[handle, STOP] = not out[handle, [LEFT, RIGHT]].any()
+        out[handle, STOP] = wait or not out[handle, [LEFT, RIGHT]].any()
     return out
 
 

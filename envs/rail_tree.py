@@ -150,9 +150,11 @@ def edge_features(wrapper, handle, cells, end, length, occupied, ids, targets, d
 def observe(wrapper, depth: int, ids: np.ndarray, radius: int) -> dict:
     """Every train's observation in one env: edges [T, S, len(EDGE_FEATURES)], globals
     [T, len(GLOBAL_FEATURES)], deciding [T] bool (must act now), mask [T, 3] bool (the actions the
-    safety layer allows), active [T] bool (released and unfinished) and neighbors [T, T] bool
-    (active trains whose cells, or start cells while off the map, lie within ``radius`` cells
-    (Manhattan) of each other, self included: the trains whose messages each train receives)."""
+    safety layer allows), prior [T, 3] float (one-hot: the action of the shortest-path rule within that
+    mask, ``RailDecisionEnv.shortest_path_actions``; zeros for trains not deciding), active [T] bool
+    (released and unfinished) and neighbors [T, T] bool (active trains whose cells, or start cells
+    while off the map, lie within ``radius`` cells (Manhattan) of each other, self included: the
+    trains whose messages each train receives)."""
     env = wrapper.env
     occupied = occupancy(env)
     trains = wrapper.trains
@@ -165,11 +167,15 @@ def observe(wrapper, depth: int, ids: np.ndarray, radius: int) -> dict:
         [(a.current_configuration or a.initial_configuration)[0] for a in env.agents], dtype=np.int64
     ).reshape(trains, 2)
     near = np.abs(where[:, None] - where[None]).sum(-1) <= radius
+    deciding, mask = wrapper.deciding(), wrapper.action_mask()
+    prior = np.zeros((trains, 3), dtype=np.float32)
+    prior[deciding, wrapper.shortest_path_actions(mask, deciding)[deciding]] = 1.0
     return {
         "edges": edges,
         "globals": globs,
-        "deciding": wrapper.deciding(),
-        "mask": wrapper.action_mask(),
+        "deciding": deciding,
+        "mask": mask,
+        "prior": prior,
         "active": active,
         "neighbors": near & active[:, None] & active[None],
     }

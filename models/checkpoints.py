@@ -185,7 +185,7 @@ def save_checkpoint(payload: dict, path: str | os.PathLike) -> None:
 
 SHIPPED_KEYS = (
     *("problem", "num_nodes", "model_config", "model", "args", "global_step", "elapsed_seconds"),
-    *("release_model", "release_config"),  # the railway policy's learned release classifier
+    *("release_model", "release_config", "release_threshold"),  # the railway policy's learned release
 )
 
 

@@ -7,7 +7,10 @@ features) into h [B, T, d] and emits a message m = W_m h. It receives the messag
 keys W_k m_j, softmax over the neighbours j. The actor reads [h ; averaged message] and returns
 logits over (stop, left branch, right branch), with the actions the safety layer forbids
 (``mask`` [B, T, 3] False) pushed to probability 0; the critic reads h. Gradients flow through the
-messages into the encoders of the trains that sent them.
+messages into the encoders of the trains that sent them. With ``prior_weight`` w > 0 the actor is
+residual: its logits gain w x ``prior`` [B, T, 3], the one-hot choice of the safety layer's
+shortest-path rule, so an untrained policy already plays that rule (greedy) and learning moves it
+only where the rule's choice loses.
 """
 
 from __future__ import annotations
@@ -17,16 +20,19 @@ import math
 import torch
 from torch import nn
 
-POLICY_INPUTS = ("edges", "globals", "neighbors", "mask")  # the observation keys forward reads, in its order
+POLICY_INPUTS = ("edges", "globals", "neighbors", "mask", "prior")  # the observation keys forward reads, in its order
 
 
 class RailPolicy(nn.Module):
     """``forward(edges [B, T, S, F], globals [B, T, G], neighbors [B, T, T] bool, mask [B, T, 3] bool
-    or None)`` -> logits [B, T, 3], values [B, T]."""
+    or None, prior [B, T, 3] or None)`` -> logits [B, T, 3], values [B, T]."""
 
-    def __init__(self, edge_slots: int, edge_features: int, global_features: int, hidden: int = 128):
+    def __init__(
+        self, edge_slots: int, edge_features: int, global_features: int, hidden: int = 128, prior_weight: float = 0.0
+    ):
         super().__init__()
         self.shape = {"edge_slots": edge_slots, "edge_features": edge_features, "global_features": global_features}
+        self.prior_weight = prior_weight
         inputs = edge_slots * edge_features + global_features
         self.encoder = nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
         self.message = nn.Linear(hidden, hidden)
@@ -36,7 +42,12 @@ class RailPolicy(nn.Module):
         self.critic = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
     def forward(
-        self, edges: torch.Tensor, globals_: torch.Tensor, neighbors: torch.Tensor, mask: torch.Tensor | None = None
+        self,
+        edges: torch.Tensor,
+        globals_: torch.Tensor,
+        neighbors: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        prior: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.encoder(torch.cat([edges.flatten(-2), globals_], dim=-1))  # [B, T, d]
         messages = self.message(h)
@@ -45,6 +56,8 @@ class RailPolicy(nn.Module):
         scores = scores.masked_fill(~(neighbors | eye), float("-inf"))  # a train always hears itself
         received = torch.softmax(scores, dim=-1) @ messages
         logits = self.actor(torch.cat([h, received], dim=-1))
+        if self.prior_weight and prior is not None:
+            logits = logits + self.prior_weight * prior
         return mask_logits(logits, mask), self.critic(h).squeeze(-1)
 
 

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import torch
-from ppoor.envs.rail_track import LEFT, RIGHT, STOP, branches, next_cell, occupancy
+from ppoor.envs.rail_track import RIGHT, STOP, occupancy
 from ppoor.envs.rail_tree import observe, train_observation
 from ppoor.models.rail import POLICY_INPUTS
 
@@ -18,22 +18,8 @@ from ppoor.models.rail import POLICY_INPUTS
 def shortest_path_rule(obs: dict, wrapper) -> np.ndarray:
     """Every deciding train takes the branch on its shortest path to its target and never stops; where
     the safety layer forbids that branch (``obs["mask"]``), the other branch if allowed and it still
-    leads to the target, else it stops."""
-    actions = np.full(wrapper.trains, LEFT)
-    for handle in np.flatnonzero(obs["deciding"]):
-        position, heading = wrapper.env.agents[handle].current_configuration
-        ways = branches(wrapper.env, position, heading)
-        distances = wrapper.distances[handle]
-        to_target = [distances[(*next_cell(position, way), way)] for way in (ways[0], ways[-1])]
-        best, other = (LEFT, RIGHT) if to_target[0] <= to_target[1] else (RIGHT, LEFT)
-        allowed = obs["mask"][handle]
-        if allowed[best]:
-            actions[handle] = best
-        elif allowed[other] and np.isfinite(to_target[other - LEFT]):
-            actions[handle] = other
-        else:
-            actions[handle] = STOP
-    return actions
+    leads to the target, else it stops (``envs.rail.RailDecisionEnv.shortest_path_actions``)."""
+    return wrapper.shortest_path_actions(obs["mask"], obs["deciding"])
 
 
 def random_rule(rng: np.random.Generator):
@@ -86,18 +72,21 @@ def learned_release(classifier, depth: int, threshold: float = 0.5):
 def play(wrapper, seed: int, rule, depth: int, radius: int, release_order=None, release_rule=None) -> dict:
     """One episode of ``wrapper`` on map ``seed`` with ``rule``: arrival_rate, deadlock_rate, score
     (Flatland's normalized score), seconds_per_step (wall time per simulator step, decisions
-    included), decisions, simulator_steps."""
+    included), flatland_seconds_per_step (the simulator's own step alone), decisions_per_second (train
+    decisions over the episode's wall time), decisions, simulator_steps."""
     start = time.perf_counter()
     wrapper.reset(seed, release_order, release_rule)
     while not wrapper.done:
         wrapper.step(rule(observe(wrapper, depth, wrapper.ids, radius), wrapper))
     seconds = time.perf_counter() - start
-    steps = wrapper.simulator_steps
+    steps, simulator_seconds = wrapper.simulator_steps, wrapper.simulator_seconds  # before score() runs on
     return {
         "arrival_rate": float(wrapper.arrived.mean()),
         "deadlock_rate": float(wrapper.deadlocked.mean()),
         "score": wrapper.score(),
         "seconds_per_step": seconds / max(steps, 1),
+        "flatland_seconds_per_step": simulator_seconds / max(steps, 1),
+        "decisions_per_second": wrapper.decisions / seconds,
         "decisions": wrapper.decisions,
         "simulator_steps": steps,
     }
@@ -106,7 +95,7 @@ def play(wrapper, seed: int, rule, depth: int, radius: int, release_order=None, 
 def play_deadlock_avoidance(width: int, height: int, trains: int, seed: int, cities: int | None = None) -> dict | None:
     """flatland-baselines' deadlock-avoidance heuristic (DeadLockAvoidancePolicy, default settings) on
     the raw simulator of map ``seed``, acting for every train at every step; the same figures as
-    ``play``. None when flatland-baselines is not installed."""
+    ``play`` (its decisions: one per train per step). None when flatland-baselines is not installed."""
     try:
         from flatland_baselines.deadlock_avoidance_heuristic.policy.deadlock_avoidance_policy import (
             DeadLockAvoidancePolicy,
@@ -120,9 +109,12 @@ def play_deadlock_avoidance(width: int, height: int, trains: int, seed: int, cit
     start = time.perf_counter()
     env = rail_env(width, height, trains, seed, cities)
     policy = DeadLockAvoidancePolicy(seed=seed)
-    rewards, deadlocked, steps = np.zeros(trains), set(), 0
+    rewards, deadlocked, steps, simulator_seconds = np.zeros(trains), set(), 0, 0.0
     while not env.dones["__all__"]:
-        _, step_rewards, _, _ = env.step(policy.act_many(list(range(trains)), [env] * trains))
+        actions = policy.act_many(list(range(trains)), [env] * trains)
+        step_start = time.perf_counter()
+        _, step_rewards, _, _ = env.step(actions)
+        simulator_seconds += time.perf_counter() - step_start
         rewards += np.array([step_rewards[h] for h in range(trains)])
         deadlocked |= deadlocked_trains(env)
         steps += 1
@@ -133,6 +125,8 @@ def play_deadlock_avoidance(width: int, height: int, trains: int, seed: int, cit
         "deadlock_rate": len(deadlocked - set(np.flatnonzero(arrived))) / trains,
         "score": float(env.rewards.normalize(*rewards, num_agents=trains, max_episode_steps=env._max_episode_steps)),
         "seconds_per_step": seconds / max(steps, 1),
+        "flatland_seconds_per_step": simulator_seconds / max(steps, 1),
+        "decisions_per_second": steps * trains / seconds,
         "decisions": steps * trains,
         "simulator_steps": steps,
     }

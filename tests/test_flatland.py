@@ -30,6 +30,9 @@ def tiny_run(tmp_path_factory):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "imitation: " in result.stdout and "episodes, greedy agreement" in result.stdout
+    assert "start: validation arrival rate" in result.stdout  # the imitated policy, kept if nothing beats it
+    assert "release threshold 0.25: validation arrival rate" in result.stdout
+    assert "kept (chosen on the validation maps)" in result.stdout
     assert "final: greedy policy on 2 validation maps: arrival rate" in result.stdout
     (run_dir,) = (cwd / "runs").iterdir()
     return run_dir
@@ -70,9 +73,33 @@ def test_eval_writes_the_contract_json(tiny_run, tmp_path):
     assert (row["width"], row["height"], row["trains"], row["episodes"]) == (25, 25, 5, 2)
     for rule in ("policy", "shortest_path", "shortest_path_release", "random", "deadlock_avoidance",
                  "shortest_path_safety"):  # fmt: skip
-        assert set(row[rule]) == {"arrival_rate", "deadlock_rate", "score", "seconds_per_step"}
+        assert set(row[rule]) == {"arrival_rate", "deadlock_rate", "score", "seconds_per_step",
+                                  "flatland_seconds_per_step", "decisions_per_second"}  # fmt: skip
+        assert 0 < row[rule]["flatland_seconds_per_step"] < row[rule]["seconds_per_step"]
         assert 0 <= row[rule]["arrival_rate"] <= 1 and 0 <= row[rule]["deadlock_rate"] <= 1
     assert (tmp_path / "episode.png").stat().st_size > 1000
+
+
+def test_eval_plays_only_the_rules_asked_for_with_the_chosen_threshold(tiny_run, tmp_path):
+    import torch
+    from ppoor.models.checkpoints import export_weights
+    from ppoor.ppo_flatland import RELEASE_THRESHOLDS
+
+    ckpt = sorted((tiny_run / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1]
+    chosen = torch.load(ckpt, weights_only=True)["release_threshold"]
+    assert chosen in RELEASE_THRESHOLDS
+    export_weights(ckpt, tmp_path / "shipped.pt")  # the weights-only copy keeps it
+    assert torch.load(tmp_path / "shipped.pt", weights_only=True)["release_threshold"] == chosen
+    out = tmp_path / "eval.json"
+    result = run(
+        "eval_flatland.py", "--checkpoint", str(ckpt), "--sizes", "25x25x5", "--episodes", "1", "--rules",
+        "policy_learned_release", "shortest_path_safety", "--output", str(out), cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"learned release threshold {chosen:g}" in result.stdout
+    (row,) = json.loads(out.read_text())
+    assert {"policy_learned_release", "shortest_path_safety", "lead_over_safety_layer_alone"} <= set(row)
+    assert not {"policy", "random", "deadlock_avoidance", "lead_over_best_baseline"} & set(row)
 
 
 @pytest.mark.parametrize(
@@ -91,6 +118,9 @@ def test_eval_writes_the_contract_json(tiny_run, tmp_path):
         ("ppo_flatland.py", ["--imitation-episodes", "5", "--no-safety"], "drop --no-safety"),
         ("eval_flatland.py", ["--sizes", "10x10x2"], "at least 20x20"),
         ("eval_flatland.py", ["--sizes", "big"], "WIDTHxHEIGHTxTRAINS"),
+        ("eval_flatland.py", ["--rules", "policy", "best"], "--rules best: unknown; choose from policy"),
+        ("ppo_flatland.py", ["--wait", "--no-safety"], "drop --no-safety"),
+        ("ppo_flatland.py", ["--prior-weight", "nan"], "--prior-weight must be"),
         ("eval_flatland.py", ["--output", "/no/such/folder/x.json"], "does not exist"),
         ("eval_flatland.py", ["--checkpoint", "missing.pt"], "does not exist"),
     ],
@@ -149,3 +179,21 @@ def test_the_shipped_checkpoint_reproduces_its_figures(tmp_path):
     assert row["shortest_path"]["arrival_rate"] == pytest.approx(0.55)
     assert row["policy"]["deadlock_rate"] == 0 and "shortest_path_safety" in row
     assert row["policy"]["arrival_rate"] > row["random"]["arrival_rate"] + 0.5
+
+
+def test_the_shipped_residual_checkpoint_plays_the_layers_rule(tmp_path):
+    """checkpoints/flatland/flatland50.pt (docs/railway.md, issue 24's table): its kept policy is the
+    untrained residual one, so with the release heuristic it scores exactly what the layer alone does
+    with the same release (first 4 maps of 35x35 with 10 trains: 39 of 40 trains, 0.975); its learned
+    release lands 39 too there."""
+    out = tmp_path / "eval.json"
+    result = run(
+        "eval_flatland.py", "--checkpoint", "flatland/flatland50", "--sizes", "35x35x10", "--episodes", "4",
+        "--rules", "policy", "policy_learned_release", "shortest_path_safety", "--output", str(out), cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "waiting allowed" in result.stdout and "learned release threshold 0\n" in result.stdout
+    (row,) = json.loads(out.read_text())
+    assert row["policy"]["arrival_rate"] == row["shortest_path_safety"]["arrival_rate"] == pytest.approx(0.975)
+    assert row["policy"]["score"] == row["shortest_path_safety"]["score"]
+    assert row["policy_learned_release"]["arrival_rate"] == pytest.approx(0.975)

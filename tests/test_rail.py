@@ -341,16 +341,17 @@ def head_on_pairs(env):
     return pairs
 
 
-@given(seed=st.integers(0, 10_000), stop_share=st.sampled_from([0.0, 0.1, 0.33]))
-@settings(max_examples=6, deadline=None)
-def test_within_the_safety_layer_random_decisions_never_meet_head_on(seed, stop_share):
+@given(seed=st.integers(0, 10_000), stop_share=st.sampled_from([0.0, 0.1, 0.33]), wait=st.booleans())
+@settings(max_examples=8, deadline=None)
+def test_within_the_safety_layer_random_decisions_never_meet_head_on(seed, stop_share, wait):
     """Random decisions on random maps (25x25, 5 trains, all started at once): every move carried out was
-    allowed by the mask (a stop is masked while a move is allowed, and a move may be turned into a stop,
-    never the other way), and after every step no two trains face each other on a plain track (the
-    test's own walk); without the safety layer the same decisions do meet head-on on some maps."""
+    allowed by the mask (a stop is masked while a move is allowed, unless the env lets trains wait;
+    a move may be turned into a stop, never the other way), and after every step no two trains face
+    each other on a plain track (the test's own walk); without the safety layer the same decisions do
+    meet head-on on some maps."""
     from ppoor.envs.rail import STOP
 
-    env = RailDecisionEnv(25, 25, 5, safety=True)
+    env = RailDecisionEnv(25, 25, 5, safety=True, wait=wait)
     env.reset(seed)
     rng = np.random.default_rng(seed)
     while not env.done:
@@ -359,7 +360,7 @@ def test_within_the_safety_layer_random_decisions_never_meet_head_on(seed, stop_
         _, _, info = env.step(wanted)
         done = info["actions"]
         for h in np.flatnonzero(deciding):
-            assert allowed[h, STOP] == (not allowed[h, 1:].any())  # a train stops only when it cannot move
+            assert allowed[h, STOP] == (wait or not allowed[h, 1:].any())  # else it stops only when it cannot move
             assert done[h] in (wanted[h], STOP) and (done[h] == STOP or allowed[h, done[h]])
         assert head_on_pairs(env.env) == set()
 
@@ -375,3 +376,41 @@ def test_without_the_safety_layer_random_decisions_meet_head_on():
             env.step(rng.integers(1, 3, size=5))
             met += len(head_on_pairs(env.env))
     assert met > 0
+
+
+@given(seed=st.integers(0, 10_000), wait=st.booleans())
+@settings(max_examples=6, deadline=None)
+def test_an_untrained_residual_policy_plays_the_safety_layers_rule(seed, wait):
+    """A policy with random weights and ``prior_weight`` 3 (ppo_flatland.py --prior-weight) takes, at
+    every decision of an episode, the action of the layer's shortest-path rule, recomputed here from the
+    distance map and the mask (the shortest branch if allowed, else the other one if it reaches the
+    target, else stop); with ``prior_weight`` 0 the same weights do not."""
+    import torch
+    from ppoor.envs.rail import LEFT, RIGHT, STOP
+    from ppoor.envs.rail_track import branches, next_cell
+    from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
+    from ppoor.models.rail import RailPolicy
+    from ppoor.search.rail import policy_rule
+
+    torch.manual_seed(seed)
+    residual = RailPolicy(edge_slots(2), len(EDGE_FEATURES), len(GLOBAL_FEATURES), prior_weight=3.0).eval()
+    plain = RailPolicy(edge_slots(2), len(EDGE_FEATURES), len(GLOBAL_FEATURES)).eval()
+    plain.load_state_dict(residual.state_dict())
+    env = RailDecisionEnv(25, 25, 5, safety=True, wait=wait)
+    env.reset(seed)
+    decisions = differ = 0
+    while not env.done:
+        obs = observe(env, 2, env.ids, 10)
+        chosen, other = policy_rule(residual)(obs, env), policy_rule(plain)(obs, env)
+        for h in np.flatnonzero(obs["deciding"]):
+            position, heading = env.env.agents[h].current_configuration
+            on = branches(env.env, position, heading)
+            far = [env.distances[h][(*next_cell(position, w), w)] for w in (on[0], on[-1])]
+            order = [LEFT, RIGHT] if far[0] <= far[1] else [RIGHT, LEFT]
+            allowed = [a for a in order if obs["mask"][h, a] and np.isfinite(far[a - LEFT])]
+            assert chosen[h] == (allowed[0] if allowed else STOP)
+            decisions, differ = decisions + 1, differ + int(other[h] != chosen[h])
+        env.step(chosen)
+    assert decisions > 0
+    if wait and decisions >= 20:  # without the prior, random weights pick stops and detours the rule never takes
+        assert differ > 0
