@@ -213,7 +213,7 @@ def observed(env, trains, ids=None, depth=2):
     holder.released = np.ones(holder.trains, dtype=bool)
     holder.arrived = np.zeros(holder.trains, dtype=bool)
     holder.deadlocked = np.zeros(holder.trains, dtype=bool)
-    holder.safety, holder.ids = True, np.linspace(0.1, 0.9, holder.trains)
+    holder.safety, holder.wait, holder.ids = True, False, np.linspace(0.1, 0.9, holder.trains)
     holder.book = PathBook(holder)
     place(env, trains)
     ids = np.linspace(0.1, 0.9, holder.trains) if ids is None else ids
