@@ -4,6 +4,9 @@
     python ppo_flatland.py --width 35 --height 35 --trains 10 --imitation-episodes 160 --imitation-epochs 100 \
         --learning-rate 1e-4 --ent-coef 0 --update-epochs 2 --eval-episodes 20 --release-episodes 60 \
         --total-seconds 780                                  # the shipped checkpoints/flatland/flatland35.pt
+    python ppo_flatland.py --width 50 --height 50 --trains 30 --max-active 20 --wait --prior-weight 3 \
+        --learning-rate 3e-4 --ent-coef 0 --num-envs 6 --eval-episodes 12 --eval-interval 5 --release-episodes 60 \
+        --total-seconds 2400                                 # checkpoints/flatland/flatland50.pt (residual policy)
     python ppo_flatland.py --resume runs/<run>/ckpt/50.pt    # continue a stopped run
 
 The design of the NeurIPS 2020 Flatland RL-track winners (see envs/rail.py and envs/rail_tree.py):
@@ -16,8 +19,9 @@ it may only take a branch whose path to the target is clear of head-on conflicts
 the same step are checked one after another, trains enter the map when their path is clear, and
 what is stored for PPO is the action carried out. During training at most --max-active trains run
 at once (default: all), the closest to their targets first. --imitation-episodes starts PPO from a
-behaviour-cloned copy of the layer's shortest-path rule; --keep-best (default) ends with the policy
-of the best validation evaluation.
+behaviour-cloned copy of the layer's shortest-path rule; --prior-weight makes the policy a residual on
+that rule (it plays the rule before any training); --wait lets trains stop where the layer allows a
+move; --keep-best (default) ends with the policy of the best validation evaluation.
 
 An iteration plays one whole episode on each of --num-envs maps (a fresh map per episode), all
 environments batched through the policy at each decision step. A transition is one decision of one
@@ -397,12 +401,11 @@ def evaluate(policy: RailPolicy, args: Args, stop: StopRequest | None = None, re
     """The greedy policy on the validation maps (with the training release heuristic, or ``release_rule``):
     mean arrival and deadlock rate and score (over the maps played before ``stop`` was requested, at
     least one)."""
-    env = make_env(args)
+    env, rule = make_env(args), policy_rule(policy)
     results = []
     for k in range(args.eval_episodes):
         if stop is not None and stop.requested and results:
             break
-        rule = policy_rule(policy)
         results.append(play(env, VAL_SEED + k, rule, args.tree_depth, args.comm_radius, release_rule=release_rule))
     return {key: float(np.mean([r[key] for r in results])) for key in ("arrival_rate", "deadlock_rate", "score")}
 
