@@ -115,6 +115,8 @@ LIMITS = {
 def check_args(args: Args) -> list[tuple[int, int, int]]:
     """Fails early, in one line: numbers out of range, bad sizes, output or render paths."""
     fail(check_numbers(args, LIMITS))
+    if not args.rules:
+        sys.exit(f"error: --rules: name at least one of {', '.join(RULES)}")
     if unknown := [name for name in args.rules if name not in RULES]:
         sys.exit(f"error: --rules {' '.join(unknown)}: unknown; choose from {', '.join(RULES)}")
     sizes = [parse_size(size) for size in args.sizes]
