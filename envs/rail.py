@@ -216,13 +216,14 @@ class RailDecisionEnv:
             need[h] = any(decision_point(self.env, *agent.current_configuration))
         return need
 
-    def action_mask(self) -> np.ndarray:
+    def action_mask(self, deciding: np.ndarray | None = None) -> np.ndarray:
         """bool [T, 3]: the actions each deciding train may take (all of them without the safety
-        layer, and for trains not deciding)."""
+        layer, and for trains not deciding); ``deciding`` [T]: ``deciding()`` when the caller has it."""
 
         if not self.safety:
             return np.ones((self.trains, 3), dtype=bool)
-        return safe_actions(self.book, self.deciding(), occupancy(self.env), self.wait)
+        deciding = self.deciding() if deciding is None else deciding
+        return safe_actions(self.book, deciding, occupancy(self.env), self.wait)
 
     def shortest_path_actions(self, mask: np.ndarray, deciding: np.ndarray) -> np.ndarray:
         """actions [T]: each deciding train (``deciding`` [T] bool) takes the branch on its shortest path

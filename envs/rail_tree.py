@@ -167,7 +167,8 @@ def observe(wrapper, depth: int, ids: np.ndarray, radius: int) -> dict:
         [(a.current_configuration or a.initial_configuration)[0] for a in env.agents], dtype=np.int64
     ).reshape(trains, 2)
     near = np.abs(where[:, None] - where[None]).sum(-1) <= radius
-    deciding, mask = wrapper.deciding(), wrapper.action_mask()
+    deciding = wrapper.deciding()
+    mask = wrapper.action_mask(deciding)
     prior = np.zeros((trains, 3), dtype=np.float32)
     prior[deciding, wrapper.shortest_path_actions(mask, deciding)[deciding]] = 1.0
     return {
