@@ -10,9 +10,12 @@
 
 Each rollout steps M instances x N trajectories of the bi-level vector env. The instances are
 encoded once per rollout and every step decodes from that cache, all N trajectories of an instance
-against its one encoding. The update splits the instances into minibatches, re-encodes each with
-gradients and decodes all stored steps of its instances in one batch. A global step is one step of
-one instance (all its N trajectories); node selections count trajectory-steps.
+against its one encoding. The update splits the instances into minibatches of --minibatch-size,
+re-encodes each with gradients and decodes all stored steps of its instances (in chunks when memory
+asks for it). A trust region keeps each update near the rollout's policy: the update stops early
+once a minibatch finds the policy --target-kl x 2 away, and the KL an update reached steers the
+learning rate. A global step is one step of one instance (all its N trajectories); node selections
+count trajectory-steps.
 
 Two presets: ``ppo-or`` (the default) starts the N trajectories of an instance from N distinct
 first nodes and scores each trajectory against the mean of its instance's trajectories (POMO's
@@ -38,6 +41,7 @@ from ppoor.envs.instances import KOOL_SET_SIZE
 from ppoor.envs.vrp import TEST_SET_SIZE
 from ppoor.models import (
     Agent,
+    Cache,
     CheckpointError,
     StateWrapper,
     StopRequest,
@@ -46,6 +50,7 @@ from ppoor.models import (
     read_checkpoint,
     save_checkpoint,
 )
+from ppoor.models.distributed_norm import fixed_statistics, recorded_statistics
 from ppoor.models.parallel import (
     all_sum,
     average_gradients,
@@ -59,6 +64,7 @@ from ppoor.models.runs import (
     MAX_SECONDS,
     MAX_THREADS,
     PPO_LIMITS,
+    available_memory,
     check_numbers,
     exp_name_problem,
     fail,
@@ -139,24 +145,38 @@ class Args:
     """the discount factor gamma"""
     gae_lambda: float = 0.95
     """the lambda for the general advantage estimation"""
-    num_minibatches: int = 8
-    """the number of minibatches; they split the instances, so it must divide num_envs"""
+    minibatch_size: int = 32
+    """instances per PPO minibatch, counted as --num-envs counts them (symmetric copies included): each epoch
+    splits the rollout's instances into ceil(M / size) minibatches of near-equal size, one optimizer step each,
+    so the size of a step's batch does not change with --num-envs"""
+    update_chunk: int | None = None
+    """instances decoded at once in the update (a minibatch is encoded at once and decoded in chunks, their
+    gradients accumulated: memory only, the step is the same); None: the most that fit in 1 GiB on the CPU,
+    in a third of the free memory on a GPU"""
     update_epochs: int = 2
-    """the K epochs to update the policy"""
+    """the K epochs to update the policy (each stored step decoded K times with gradients)"""
     norm_adv: bool = True
     """toggles advantages normalization"""
     clip_coef: float = 0.2
     """the surrogate clipping coefficient"""
     clip_vloss: bool = True
     """toggles whether or not to use a clipped loss for the value function, as per the paper"""
-    ent_coef: float = 0.01
-    """coefficient of the entropy"""
+    ent_coef: float = 0.0
+    """coefficient of the entropy bonus (0 with the shared baseline, as in POMO: a trajectory's advantage is spread
+    over its n steps, so at n = 50 a bonus of 0.01 per step outweighs it and the entropy climbs back)"""
     vf_coef: float = 0.5
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
     """the maximum norm for the gradient clipping"""
-    target_kl: float | None = None
-    """the target KL divergence threshold (stops the update epochs early)"""
+    target_kl: float | None = 0.02
+    """the trust region: the KL divergence of the updated policy from the rollout's that the update may reach.
+    An update stops before a minibatch that finds the policy more than 2 x target_kl away, and after each
+    update the KL measured on a sample of the rollout steers the learning rate: divided by 1.5 above
+    2 x target_kl, multiplied by 1.5 (up to --learning-rate) below target_kl / 2. None: no trust region"""
+    replay_batch_norm: bool = False
+    """the update's encoder normalises with the batch-norm statistics of the rollout (their gradient taken from
+    the minibatch), so that each minibatch starts from the policy that sampled its actions; False: with the
+    minibatch's own statistics (a different policy in small minibatches)"""
     encoder_cache: bool = True
     """encode each instance once per rollout; False re-encodes at every step (a baseline for benchmarks)"""
     amp: bool = False
@@ -185,7 +205,10 @@ class Args:
 
 PRESETS = {
     "ppo-or": Args(),
-    "rlor": Args(preset="rlor", n_traj=50, multi_start=False, baseline="critic", train_augment=1, learning_rate=1e-3),
+    "rlor": Args(
+        preset="rlor", n_traj=50, multi_start=False, baseline="critic", train_augment=1, learning_rate=1e-3,
+        minibatch_size=128, update_epochs=2, target_kl=None, ent_coef=0.01,
+    ),  # fmt: skip
 }
 
 
@@ -221,6 +244,8 @@ LIMITS = {
     **PPO_LIMITS,
     "threads": (1, MAX_THREADS),
     "num_nodes": (2, 100_000),
+    "minibatch_size": (1, math.inf),
+    "update_chunk": (1, math.inf),
     "num_envs": (1, math.inf),
     "n_traj": (1, math.inf),
     "train_augment": (1, 8),
@@ -251,11 +276,6 @@ def check_args(args: Args, starts: int) -> None:
         )
     if args.baseline == "shared" and args.n_traj * args.train_augment < 2:
         problems.append("--baseline shared needs at least 2 trajectories per instance (--n-traj x --train-augment)")
-    if args.num_envs % args.num_minibatches:
-        problems.append(
-            f"--num-minibatches {args.num_minibatches} does not divide --num-envs {args.num_envs} "
-            "(minibatches split the instances)"
-        )
     val_size = KOOL_SET_SIZE if ENV_IDS[args.env_id] in ("tsp", "cvrp") else TEST_SET_SIZE
     if args.eval_instances > val_size:
         problems.append(f"--eval-instances must be in 1..{val_size} (the validation set), got {args.eval_instances}")
@@ -273,20 +293,39 @@ def initial_weights(source: str, problem: str) -> dict:
     return init
 
 
-def training_memory(args: Args, actions: int, steps: int) -> float:
-    """Bytes a run needs, estimated: the PPO update of one minibatch decodes all T = ``steps`` stored
-    steps of its M / minibatches instances at once, N trajectories each, over A = ``actions`` with 8
-    attention heads (logits, softmax, glimpses and their gradients: about 28 bytes per element of
-    [B, T, N, 8A + 128], calibrated on TSP50 at 1024 x 50, 5 GB), plus the rollout's stored masks and
-    states [T, M, N, A]."""
-    instances = args.num_envs // args.num_minibatches
-    update = 28.0 * instances * steps * args.n_traj * (8 * actions + 128)
-    rollout = 1.0 * steps * args.num_envs * args.n_traj * (actions + 32)
-    return update + rollout
+def update_memory(rows: int, n_traj: int, actions: int, steps: int) -> float:
+    """Bytes the PPO update needs to decode all T = ``steps`` stored steps of ``rows`` instances at
+    once, N = ``n_traj`` trajectories each, over A = ``actions`` with 8 attention heads (logits,
+    softmax, glimpses and their gradients: about 28 bytes per element of [rows, T, N, 8A + 128],
+    calibrated on TSP50 at 128 instances x 50 trajectories x 50 steps: 5 GB)."""
+    return 28.0 * rows * steps * n_traj * (8 * actions + 128)
 
+
+def chunk_rows(args: Args, actions: int, steps: int, device: torch.device) -> int:
+    """The instances the update decodes at once: --update-chunk, else the most whose
+    ``update_memory`` fits in 1 GiB on the CPU (a third of the free memory on a GPU); at least 1, at
+    most a minibatch. (The speed hardly depends on it: on one thread a TSP50 minibatch of 32 updates
+    in the same time at once or in chunks of 4.)"""
+    size = min(args.minibatch_size, args.num_envs)
+    if args.update_chunk is not None:
+        return min(args.update_chunk, size)
+    budget = available_memory(device) / 3 if device.type == "cuda" else 2**30
+    return int(max(1, min(size, budget // update_memory(1, args.n_traj, actions, steps))))
+
+
+def training_memory(args: Args, actions: int, steps: int, chunk: int) -> float:
+    """Bytes a run needs, estimated: the update of ``chunk`` instances at once (``update_memory``)
+    plus the rollout's stored masks and states [T, M, N, A]."""
+    rollout = 1.0 * steps * args.num_envs * args.n_traj * (actions + 32)
+    return update_memory(chunk, args.n_traj, actions, steps) + rollout
+
+
+KL_SAMPLE = 32
+"""Instances of a rollout on which the KL divergence an update reached is measured (--target-kl)."""
 
 RESUME_OVERRIDES = (
     "total_timesteps",
+    "update_chunk",
     "total_seconds",
     "checkpoint_interval",
     "checkpoint_seconds",
@@ -357,9 +396,25 @@ def shared_advantages(returns: torch.Tensor, copies: int) -> torch.Tensor:
     return (grouped - grouped.mean((0, 2), keepdim=True)).view(num_envs, n_traj)
 
 
+def minibatch_totals(batch: dict, index: torch.Tensor, args: Args) -> dict:
+    """What the loss of a minibatch's chunks shares: the count of live steps of instances ``index``
+    [B] (over every process) and, with --norm-adv, the mean and standard deviation of their
+    advantages, so that chunks accumulate exactly the gradient of the whole minibatch."""
+    alive = batch["alive"][:, index].float()
+    count = all_sum(alive.sum()).clamp(min=1)
+    totals = {"count": count}
+    if args.norm_adv:
+        advantages = batch["advantages"][:, index]
+        mean = all_sum((advantages * alive).sum()) / count
+        totals["mean"] = mean
+        totals["std"] = (all_sum(((advantages - mean) ** 2 * alive).sum()) / count).sqrt()
+    return totals
+
+
 def ppo_loss(
-    agent: Agent, static: dict, steps: dict, batch: dict, index: torch.Tensor, args: Args
-) -> tuple[torch.Tensor, dict]:
+    agent: Agent, static: dict, steps: dict, batch: dict, index: torch.Tensor, args: Args, totals: dict | None = None,
+    cache: Cache | None = None,
+) -> tuple[torch.Tensor, dict]:  # fmt: skip
     """The clipped PPO loss of instances ``index`` [B] over their stored steps, and its statistics.
 
     ``batch`` holds rollout tensors [T, M, N]: actions, logprobs, advantages, alive (the steps in the
@@ -368,16 +423,21 @@ def ppo_loss(
     nodes, which turns the sum over the enumerated starts into the expectation over the first-node
     policy). Means run over the live steps of every process: counts and advantage statistics are
     summed across processes, and each process's loss is scaled so that the averaged gradient equals
-    that of one process holding all the instances.
+    that of one process holding all the instances. ``totals``: the ``minibatch_totals`` of the
+    minibatch that ``index`` is a chunk of (None: ``index`` is the whole minibatch); the losses of a
+    minibatch's chunks then sum to the minibatch's loss, and their statistics are weighted by their
+    share of its live steps. ``cache``: the encoding of instances ``index`` (the chunk's rows of the
+    minibatch's encoding, so that batch norm sees the whole minibatch); None encodes them here.
     """
+    totals = totals or minibatch_totals(batch, index, args)
     mb = {key: per_instance(value, index) for key, value in batch.items()}
     critic = args.baseline == "critic"
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(
-        minibatch_state(static, steps, index), mb["actions"], with_value=critic
+        minibatch_state(static, steps, index), mb["actions"], cache=cache, with_value=critic
     )
     newlogprob, entropy = newlogprob.float(), entropy.float()
     alive = mb["alive"].float()
-    count = all_sum(alive.sum()).clamp(min=1)
+    count = totals["count"]
     world = dist.get_world_size() if dist.is_initialized() else 1
 
     def loss_mean(x: torch.Tensor) -> torch.Tensor:
@@ -390,9 +450,7 @@ def ppo_loss(
     ratio = logratio.exp()
     advantages = mb["advantages"]
     if args.norm_adv:
-        mean = all_sum((advantages * alive).sum()) / count
-        std = (all_sum(((advantages - mean) ** 2 * alive).sum()) / count).sqrt()
-        advantages = (advantages - mean) / (std + 1e-8)
+        advantages = (advantages - totals["mean"]) / (totals["std"] + 1e-8)
 
     # policy loss
     pg_loss1 = -advantages * ratio
@@ -427,6 +485,59 @@ def ppo_loss(
     return loss, stats
 
 
+def ppo_update(
+    agent: Agent, optimizer: torch.optim.Optimizer, static: dict, steps: dict, batch: dict, args: Args, chunk: int,
+    autocast,
+) -> dict:  # fmt: skip
+    """--update-epochs passes over the rollout's M instances in minibatches of about --minibatch-size,
+    one optimizer step each. A minibatch is encoded at once (batch norm over all its instances) and
+    decoded in chunks of at most ``chunk`` instances; each chunk's backward pass stops at the encoding
+    (freeing its decoding), and the encoder's backward pass runs once on the gradients they gathered:
+    the accumulated gradient is the minibatch's.
+    With --target-kl the update stops before a minibatch on which the policy has already moved more
+    than 2 x target_kl from the rollout's (never before the first step). Returns the statistics of
+    the last minibatch stepped (``ppo_loss``), the mean clip fraction and the number of optimizer
+    steps taken."""
+    num_envs = batch["actions"].shape[1]
+    size = math.ceil(num_envs / math.ceil(num_envs / args.minibatch_size))  # near-equal minibatches
+    clipfracs, taken, last = [], 0, {}
+    for _epoch in range(args.update_epochs):
+        for mb_inds in torch.randperm(num_envs).to(batch["actions"].device).split(size):
+            totals = minibatch_totals(batch, mb_inds, args)
+            optimizer.zero_grad()
+            with autocast:
+                cache = agent.encode({key: value[mb_inds] for key, value in static.items()})
+            held = Cache(*(x.detach().requires_grad_() for x in cache))  # the chunks' gradients gather here
+            stats = {}
+            for part in torch.arange(len(mb_inds)).to(mb_inds.device).tensor_split(math.ceil(len(mb_inds) / chunk)):
+                with autocast:
+                    rows = Cache(*(x[part] for x in held))
+                    loss, part_stats = ppo_loss(agent, static, steps, batch, mb_inds[part], args, totals, rows)
+                loss.backward()
+                stats = {key: stats.get(key, 0.0) + value for key, value in part_stats.items()}
+            reached = [(x, h.grad) for x, h in zip(cache, held, strict=True) if h.grad is not None]
+            torch.autograd.backward([x for x, _ in reached], [g for _, g in reached])  # the encoder, once
+            if args.target_kl is not None and taken and stats["approx_kl"] > 2 * args.target_kl:
+                return {**last, "clipfrac": float(np.mean(clipfracs)), "optimizer_steps": taken}
+            average_gradients(agent)
+            torch.nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+            clipfracs.append(stats["clipfrac"])
+            taken, last = taken + 1, stats
+    return {**last, "clipfrac": float(np.mean(clipfracs)), "optimizer_steps": taken}
+
+
+def steer_learning_rate(scale: float, kl: float, target: float) -> float:
+    """The trust region's step control (the adaptive schedule of rl_games): the factor on the learning
+    rate after an update whose measured KL divergence was ``kl``: / 1.5 above 2 x ``target``, x 1.5
+    (at most 1) below ``target`` / 2, unchanged between; never below 1e-3."""
+    if kl > 2 * target:
+        return max(scale / 1.5, 1e-3)
+    if kl < target / 2:
+        return min(scale * 1.5, 1.0)
+    return scale
+
+
 def evaluate(agent: Agent, data: dict, batch_size: int, references: np.ndarray | None) -> dict:
     """Mean greedy and multi-greedy tour lengths on ``data`` (the periodic evaluation), and their
     mean gaps in percent against ``references`` [B] where there are any."""
@@ -450,6 +561,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
         args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, asdict(PRESETS["rlor"]), "ppo_or.py")
         if ckpt["problem"] == "rail":
             sys.exit(f"error: --resume: {args.resume} is a ppo_flatland.py checkpoint; resume it with ppo_flatland.py")
+        if "minibatch_size" not in ckpt["args"]:  # written when minibatches were counted: the same split
+            args = replace(args, minibatch_size=args.num_envs // ckpt["args"].get("num_minibatches", 8))
     starts = multi_starts(args)
     args = with_defaults(args, starts)
     check_args(args, starts)
@@ -469,9 +582,10 @@ def main(args: Args, given: set[str] | None = None) -> None:
         sys.exit("error: --no-encoder-cache is a single-process benchmark baseline; it cannot run data-parallel")
     is_main = rank == 0
     steps_bound = args.num_steps or (args.num_nodes + 1 if problem == "tsp" else 2 * args.num_nodes)
-    if too_big := memory_problem(training_memory(args, args.num_nodes + 1, steps_bound), device, "this run"):
+    chunk = chunk_rows(args, args.num_nodes + 1, steps_bound, device)
+    if too_big := memory_problem(training_memory(args, args.num_nodes + 1, steps_bound, chunk), device, "this run"):
         sys.exit(f"error: {too_big} (--num-envs {args.num_envs} x --n-traj {args.n_traj} at --num-nodes "
-                 f"{args.num_nodes}: lower --num-envs or raise --num-minibatches)")  # fmt: skip
+                 f"{args.num_nodes}, updates of {chunk} instances at once: lower --num-envs or --update-chunk)")  # fmt: skip
 
     # seeding: the same initial weights everywhere, then a stream of its own per process
     random.seed(args.seed + rank)
@@ -515,7 +629,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         agent.load_state_dict(init["model"])
     torch.manual_seed(args.seed + rank)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
-    global_step, iteration, elapsed = 0, 0, 0.0
+    global_step, iteration, elapsed, lr_scale = 0, 0, 0.0, 1.0
     next_obs, _ = envs.reset(seed=args.seed + rank)  # seeds the env's generator
     if args.train_augment > 1:
         next_obs = new_episodes()
@@ -523,7 +637,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         global_step, iteration = ckpt["global_step"], ckpt["iteration"]
-        elapsed = ckpt.get("elapsed_seconds", 0.0)
+        elapsed, lr_scale = ckpt.get("elapsed_seconds", 0.0), ckpt.get("lr_scale", 1.0)
         rng = ckpt["rank_rng"][rank]
         torch.set_rng_state(rng["torch"])
         if use_cuda and "cuda" in rng:
@@ -569,6 +683,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
             "global_step": global_step,
             "iteration": iteration,
             "elapsed_seconds": elapsed,
+            "lr_scale": lr_scale,
             "world_size": world_size,
             "rank_rng": rank_rng,
         }
@@ -625,7 +740,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
             done = global_step / args.total_timesteps
             if args.total_seconds is not None:
                 done = max(done, elapsed / args.total_seconds)
-            optimizer.param_groups[0]["lr"] = max(0.0, 1.0 - done) * args.learning_rate
+            optimizer.param_groups[0]["lr"] = max(0.0, 1.0 - done) * args.learning_rate * lr_scale
+        else:
+            optimizer.param_groups[0]["lr"] = args.learning_rate * lr_scale
 
         # rollout: encode each instance once, decode every step from the cache
         rollout_start = time.time()
@@ -635,7 +752,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         static = wrapper.static(next_obs)
         states, actions, logprobs, values, rewards, dones, alive, weights = [], [], [], [], [], [], [], []
         env_steps = 0
-        with torch.no_grad(), autocast:
+        with torch.no_grad(), autocast, recorded_statistics(agent) as norms:  # the update replays its batch norm
             cache = agent.encode(static) if args.encoder_cache else None
             for _ in range(num_steps):
                 running = ~envs.unwrapped.terminated
@@ -703,32 +820,20 @@ def main(args: Args, given: set[str] | None = None) -> None:
 
         # optimizing the policy and value network over minibatches of instances
         update_start = time.time()
-        minibatch_size = args.num_envs // args.num_minibatches
-        clipfracs = []
-        for _epoch in range(args.update_epochs):
-            b_inds = torch.randperm(args.num_envs)
-            for start in range(0, args.num_envs, minibatch_size):
-                mb_inds = b_inds[start : start + minibatch_size].to(device)
-                with autocast:
-                    loss, stats = ppo_loss(agent, static, steps, batch, mb_inds, args)
-                clipfracs.append(stats["clipfrac"])
-                optimizer.zero_grad()
-                loss.backward()
-                average_gradients(agent)
-                torch.nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                optimizer.step()
-
-            if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
-                break
+        with fixed_statistics(agent, norms if args.replay_batch_norm else []):  # from the rollout's own policy
+            stats = ppo_update(agent, optimizer, static, steps, batch, args, chunk, autocast)
+            if args.target_kl is not None:  # the KL the update reached, on a sample of the rollout
+                with torch.no_grad(), autocast:
+                    sample = torch.randperm(args.num_envs)[: min(chunk, KL_SAMPLE)].to(device)
+                    stats["update_kl"] = ppo_loss(agent, static, steps, batch, sample, args)[1]["approx_kl"]
+                lr_scale = steer_learning_rate(lr_scale, stats["update_kl"], args.target_kl)
         update_time = time.time() - update_start
         elapsed = synced(time.time() - clock, device)
 
         sps = int((global_step - start_step) / (time.time() - start_time))
         log("charts/learning_rate", optimizer.param_groups[0]["lr"])
         for name, value in stats.items():
-            if name != "clipfrac":
-                log(f"losses/{name}", value)
-        log("losses/clipfrac", np.mean(clipfracs))
+            log(f"losses/{name}", value)
         if critic:
             live = batch["alive"].flatten()
             y_pred, y_true = batch["values"].flatten()[live], batch["returns"].flatten()[live]

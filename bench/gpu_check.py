@@ -1,10 +1,12 @@
 """One-shot GPU check: what a GPU box does with ppo-or, in one script of under 8 minutes.
 
 Prints, on the first CUDA device (or on the CPU with small sizes, so that CI runs it too):
-1. training throughput at the paper's settings (TSP50, M = 1024 instances x N = 50 trajectories,
-   the rlor preset) with float32 and with ``--amp`` (bf16 autocast; CUDA only), from the real
-   trainer run in-process, the first iteration dropped as warm-up;
-2. the first iteration's losses of both runs (same seed: bf16 must track float32) and the peak
+1. training throughput of the default preset (ppo-or) at M = 1024 instances on TSP50, TSP100 and
+   CVRP50, and at the paper's settings (TSP50, M = 1024 x N = 50, the rlor preset), with float32
+   and with ``--amp`` (bf16 autocast; CUDA only), from the real trainer run in-process, the first
+   iteration dropped as warm-up: seconds of rollout and of update per iteration, and the hours the
+   default budget (``--total-timesteps``, 12,000 rollouts of TSP50 at M = 1024) takes at that rate;
+2. the first iteration's losses of each run (same seed: bf16 must track float32) and the peak
    GPU memory of each;
 3. how much of an iteration the device waits for the NumPy env and for the host-to-device copies of
    the observations (timed in an instrumented run that synchronises after each copy), and the
@@ -64,13 +66,6 @@ def train(argv: list[str], device: torch.device) -> tuple[str, dict, float]:
     return output, losses, peak
 
 
-def steps_per_second(output: str, num_envs: int, num_nodes: int) -> float:
-    """Env steps/s over the iterations after the first (a TSP episode is n + 1 steps)."""
-    rows = iteration_rows(output)[1:]
-    seconds = sum(float(r["rollout"]) + float(r["update"]) for r in rows)
-    return len(rows) * num_envs * (num_nodes + 1) / seconds
-
-
 @contextlib.contextmanager
 def timed(cls, name: str, totals: dict, device: torch.device):
     """Adds the time spent in ``cls.name`` (synchronised after each call) to ``totals[name]``."""
@@ -110,19 +105,34 @@ def main():
     ppo_or.kool_references = lambda *args, **kwargs: None  # no LKH gaps: the check needs lengths only
     started = time.perf_counter()
 
-    # 1-2. throughput, first losses, peak memory: float32 and bf16 autocast
+    # 1-2. throughput, first losses, peak memory: the default preset at 50 and 100 nodes and the paper's
+    # settings, float32 and bf16 autocast
     base = ["--env-id", "tsp-v0", "--num-nodes", str(n), "--num-envs", str(m), "--n-traj", str(traj)]
     base += ["--preset", "rlor", "--eval-interval", "0", "--no-anneal-lr", "--no-track"]
     base += ["--total-timesteps", str(args.iterations * m * (n + 1))]
-    for amp in (False, True) if cuda else (False,):
-        output, losses, peak = train([*base, *(["--amp"] if amp else [])], device)
-        sps = steps_per_second(output, m, n)
-        loss_text = ", ".join(f"{tag.split('/')[1]} {value:.5f}" for tag, value in losses.items())
-        print(
-            f"train {'bf16 --amp' if amp else 'float32'}: {sps:,.0f} env steps/s ({sps * traj:,.0f} node selections/s); "
-            f"first-iteration losses: {loss_text}; peak memory " + (f"{peak:.2f} GiB" if cuda else "n/a (CPU)"),
-            flush=True,
-        )
+    shapes = [("tsp-v0", n, "ppo-or"), ("cvrp-v0", n, "ppo-or"), ("tsp-v0", n, "rlor")]
+    if not small:
+        shapes.insert(1, ("tsp-v0", 100, "ppo-or"))
+    for env_id, nodes, preset in shapes:
+        steps = nodes + 1 if env_id == "tsp-v0" else 2 * nodes  # the longest episode
+        run = ["--env-id", env_id, "--num-nodes", str(nodes), "--num-envs", str(m), "--preset", preset]
+        run += ["--eval-interval", "0", "--no-anneal-lr", "--no-track", "--total-timesteps", str(args.iterations * m * steps)]
+        run += ["--n-traj", str(traj)] if preset == "rlor" else []
+        for amp in (False, True) if cuda else (False,):
+            output, losses, peak = train([*run, *(["--amp"] if amp else [])], device)
+            first, *rows = iteration_rows(output)
+            rollout = sum(float(r["rollout"]) for r in rows) / len(rows)
+            update = sum(float(r["update"]) for r in rows) / len(rows)
+            sps = (int(rows[-1]["global_step"]) - int(first["global_step"])) / (len(rows) * (rollout + update))
+            budget = ppo_or.Args().total_timesteps / (sps * 3600)
+            loss_text = ", ".join(f"{tag.split('/')[1]} {value:.5f}" for tag, value in losses.items())
+            print(
+                f"train {env_id[:-3].upper()}{nodes} {preset} {'bf16 --amp' if amp else 'float32'}: rollout {rollout:.2f} s "
+                f"+ update {update:.2f} s per iteration ({update / rollout:.1f}x), {sps:,.0f} env steps/s; "
+                f"the default {ppo_or.Args().total_timesteps:,} steps would take {budget:.1f} h; first-iteration "
+                f"losses: {loss_text}; peak memory " + (f"{peak:.2f} GiB" if cuda else "n/a (CPU)"),
+                flush=True,
+            )
     if not cuda:
         print("train bf16 --amp: skipped (needs CUDA)")
 

@@ -13,9 +13,16 @@ repeats are dropped and the final return added.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import numpy as np
 import torch
 from ppoor.envs.vrp import vehicle_capacity
+
+PPO_OR = Path(__file__).resolve().parents[1] / "ppo_or.py"
 
 
 def rl4co_instances(problem: str, instances: dict):
@@ -58,13 +65,18 @@ def our_tour(actions: np.ndarray) -> np.ndarray:
     return np.asarray(tour + ([0] if not tour or tour[-1] != 0 else []), dtype=np.int64)
 
 
+def rl4co_env(problem: str, num_nodes: int):
+    """RL4CO's TSP or CVRP env drawing instances like Kool et al.'s at ``num_nodes`` nodes / customers."""
+    from rl4co.envs import CVRPEnv, TSPEnv
+
+    return {"tsp": TSPEnv, "cvrp": CVRPEnv}[problem](generator_params={"num_loc": num_nodes})
+
+
 def rl4co_policy(problem: str, num_nodes: int):
     """RL4CO's env and its Attention Model policy (untrained: for speed) for tsp or cvrp."""
-    from rl4co.envs import CVRPEnv, TSPEnv
     from rl4co.models import AttentionModelPolicy
 
-    env = {"tsp": TSPEnv, "cvrp": CVRPEnv}[problem](generator_params={"num_loc": num_nodes})
-    return env, AttentionModelPolicy(env_name=problem).eval()
+    return rl4co_env(problem, num_nodes), AttentionModelPolicy(env_name=problem).eval()
 
 
 @torch.no_grad()
@@ -93,3 +105,77 @@ def rl4co_decode(
         rows = [actions[b, best[b]].numpy() for b in range(len(best))]
         tours += rows if problem == "tsp" else [our_tour(row) for row in rows]
     return tours
+
+
+def train_rl4co(out: Path, env, minutes: float, seed: int) -> None:
+    """RL4CO's POMO on ``env`` for ``minutes`` on one thread, with POMO's own settings (batch 64, Adam
+    1e-4, every node or customer a start, the shared baseline); the policy's weights each minute in
+    out/ckpt/{k}.pt with their training seconds."""
+    import lightning.pytorch as pl
+    from rl4co.models import POMO
+    from rl4co.utils.trainer import RL4COTrainer
+
+    torch.set_num_threads(1)
+    pl.seed_everything(seed)
+    (out / "ckpt").mkdir(parents=True, exist_ok=True)
+
+    class EveryMinute(pl.Callback):
+        def __init__(self):
+            self.start, self.saved = time.perf_counter(), 0
+
+        def on_train_batch_end(self, trainer, module, *args):
+            elapsed = time.perf_counter() - self.start
+            if elapsed >= 60 * (self.saved + 1) or elapsed >= 60 * minutes:
+                self.saved += 1
+                torch.save({"policy": module.policy.state_dict(), "elapsed_seconds": elapsed,
+                            "step": trainer.global_step}, out / "ckpt" / f"{self.saved}.pt")  # fmt: skip
+
+    model = POMO(env, batch_size=64, train_data_size=64 * 100, val_data_size=64, optimizer_kwargs={"lr": 1e-4})
+    trainer = RL4COTrainer(
+        max_epochs=10**6, max_time={"minutes": minutes}, accelerator="cpu", devices=1, precision="32",
+        logger=False, enable_checkpointing=False, callbacks=[EveryMinute()], enable_progress_bar=False,
+        limit_val_batches=0, num_sanity_val_steps=0,
+    )  # fmt: skip
+    trainer.fit(model)
+
+
+def pomo_policy(env):
+    """The policy network of RL4CO's POMO for ``env`` (its architecture: 6 encoder layers, instance
+    norm), untrained; load a ``train_rl4co`` checkpoint's ``policy`` into it."""
+    from rl4co.models import POMO
+
+    return POMO(env).policy
+
+
+def ppo_or_command(env_id: str, num_nodes: int, minutes: float, seed: int, exp_name: str) -> list[str]:
+    """ppo_or.py with its defaults at the CPU shape of the peer benchmarks (--num-envs 256), one
+    thread, the budget in wall time, a checkpoint each minute, no periodic evaluation."""
+    cmd = [sys.executable, str(PPO_OR), "--env-id", env_id, "--num-nodes", str(num_nodes), "--num-envs", "256"]
+    cmd += ["--threads", "1", "--seed", str(seed), "--total-timesteps", str(10**12)]
+    cmd += ["--total-seconds", str(minutes * 60), "--exp-name", exp_name, "--eval-interval", "0"]
+    return cmd + ["--checkpoint-interval", "0", "--checkpoint-seconds", "60"]
+
+
+def run_side_by_side(commands: dict[str, list[str]], out: Path, jobs: int) -> None:
+    """Runs each trainer's command in ``out`` (its output in out/{name}.log), all at once with
+    ``jobs`` 2 (each on one thread), else one after the other; exits with one line if any fails."""
+    started, children, codes = time.perf_counter(), [], []
+    for name, cmd in commands.items():
+        print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
+        log = open(out / f"{name}.log", "w")
+        children.append(subprocess.Popen(cmd, cwd=out, stdout=log, stderr=subprocess.STDOUT))
+        if jobs == 1:
+            codes.append(children.pop().wait())
+    codes += [child.wait() for child in children]
+    if any(codes):
+        sys.exit(f"error: a trainer failed (exit codes {codes}); see the logs in {out}")
+    print(f"trained in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
+
+
+def mark_checkpoints(folder: Path, marks: list[float], elapsed) -> list[tuple[float, Path]]:
+    """For each mark (minutes), the first checkpoint of ``folder`` written at or after it (else the
+    last), as (its training seconds, its path); ``elapsed``: path -> training seconds."""
+    found = sorted((elapsed(p), p) for p in folder.glob("*.pt"))
+    if not found:
+        sys.exit(f"error: {folder} holds no checkpoint")
+    return [next((c for c in found if c[0] >= 60 * m - 1e-6), found[-1]) for m in marks]

@@ -1,21 +1,27 @@
-"""Training throughput of ppo_or.py on TSP50 at the paper's shape scaled to this machine.
+"""Training throughput of ppo_or.py on TSP at 50 and 100 nodes: the rollout against the update.
 
-Runs the real trainer (subprocess) for a few iterations at M instances x N = 50 trajectories on
-one thread, with the encoder cache on and off in the rollout, and prints env steps/s (instance-
-steps, the trainer's SPS), node selections/s, and the split between rollout and PPO update (the
-first iteration is dropped as warm-up). The reference: the paper's original code measured on one
-thread of this machine, TSP50, N = 50: about 370 env steps/s at M = 64 and 240 at M = 1024.
+Runs the real trainer (subprocess) for a few iterations at M instances on one thread, the default
+preset (ppo-or: N = n trajectories, 8 symmetric copies, minibatches of 64, one epoch) or the paper's
+(rlor: N = 50, 8 minibatches, two epochs), with the encoder cache on and off in the rollout, and
+prints env steps/s (instance-steps, the trainer's SPS), node selections/s, and the split between
+rollout and PPO update with their ratio (the first iteration is dropped as warm-up). The trust
+region's early stop is off in these runs (``--target-kl None``), so every update does the same work.
+The reference: the paper's original code measured on one thread of this machine, TSP50, N = 50:
+about 370 env steps/s at M = 64 and 240 at M = 1024.
 
 Against the machine's limit: the model FLOPs of one iteration (matrix products and attention,
-counted by torch.utils.flop_counter.FlopCounterMode, taught the CPU attention kernels, over the real trainer run in-process, split
-into rollout and update by counting with 1 and 2 update epochs) divided by the measured times,
-beside the rate of a large float32 matmul on one thread measured in the same run (the peak).
+counted by torch.utils.flop_counter.FlopCounterMode, taught the CPU attention kernels, over the real
+trainer run in-process, split into rollout and update by counting with 1 and 2 update epochs) divided
+by the measured times, beside the rate of a large float32 matmul on one thread measured in the same
+run (the peak).
 
 Where the time goes: one profiled iteration split into the attention kernels, the matrix products
 and the rest (elementwise ops, indexing, optimizer, env), each with its FLOP rate. `--profile` also
 prints torch.profiler's table of that iteration (ops by self CPU time).
 
-    python bench/train_throughput.py [--num-envs 64 256] [--iterations 3] [--profile]
+    python bench/train_throughput.py                                   # TSP50 and TSP100, M = 256
+    python bench/train_throughput.py --num-nodes 50 --num-envs 64 256 --preset rlor
+    python bench/train_throughput.py --num-nodes 100 --iterations 2 --profile
 """
 
 import argparse
@@ -30,29 +36,31 @@ from inprocess import iteration_rows, trainer_run
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
+from ppoor import ppo_or
+
 ROOT = Path(__file__).resolve().parents[1]
 
-PAPER_SPS = {64: 370, 1024: 240}
-EPOCHS = 2  # the update epochs of the rlor preset, as timed
+PAPER_SPS = {64: 370, 1024: 240}  # TSP50, N = 50
 
 
-def measure(num_envs: int, iterations: int, cache: bool) -> dict:
-    steps = (iterations + 1) * num_envs * 51
-    cmd = [sys.executable, str(ROOT / "ppo_or.py"), *trainer_args(num_envs, steps)]
+def measure(nodes: int, num_envs: int, preset: str, iterations: int, cache: bool) -> dict:
+    steps = (iterations + 1) * num_envs * (nodes + 1)
+    cmd = [sys.executable, str(ROOT / "ppo_or.py"), *trainer_args(nodes, num_envs, preset, steps)]
     cmd += [] if cache else ["--no-encoder-cache"]
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=True).stdout
     rows = iteration_rows(out)[1:]  # the first is warm-up
     rollout = sum(float(r["rollout"]) for r in rows)
     update = sum(float(r["update"]) for r in rows)
-    env_steps = len(rows) * num_envs * 51
+    env_steps = len(rows) * num_envs * (nodes + 1)
     return {"sps": env_steps / (rollout + update), "rollout": rollout / len(rows), "update": update / len(rows)}
 
 
-def trainer_args(num_envs: int, steps: int) -> list[str]:
-    """ppo_or.py arguments of the measured runs: the paper's algorithm, one thread, no evaluation."""
-    args = ["--num-envs", str(num_envs), "--total-timesteps", str(steps), "--threads", "1", "--eval-interval", "0"]
-    return args + ["--checkpoint-interval", "0", "--no-anneal-lr", "--preset", "rlor"]
+def trainer_args(nodes: int, num_envs: int, preset: str, steps: int) -> list[str]:
+    """ppo_or.py arguments of the measured runs: TSP, one thread, no evaluation, no early stop."""
+    args = ["--num-nodes", str(nodes), "--num-envs", str(num_envs), "--total-timesteps", str(steps)]
+    args += ["--threads", "1", "--eval-interval", "0", "--checkpoint-interval", "0", "--no-anneal-lr"]
+    return args + ["--preset", preset, "--target-kl", "None"]
 
 
 def count_cpu_attention() -> None:
@@ -67,25 +75,27 @@ def count_cpu_attention() -> None:
         flop_counter.register_flop_formula(backward, get_raw=True)(flop_counter.sdpa_backward_flop)
 
 
-def one_iteration(num_envs: int, mode, epochs: int = EPOCHS) -> None:
+def one_iteration(nodes: int, num_envs: int, preset: str, mode, epochs: int) -> None:
     """One iteration of the real trainer, in-process in a temporary folder, under ``mode`` (a
     context manager such as FlopCounterMode or the profiler)."""
-    with trainer_run([*trainer_args(num_envs, num_envs * 51), "--update-epochs", str(epochs)], mode):
+    argv = [*trainer_args(nodes, num_envs, preset, num_envs * (nodes + 1)), "--update-epochs", str(epochs)]
+    with trainer_run(argv, mode):
         pass
 
 
-def iteration_flops(num_envs: int) -> tuple[float, float, dict]:
-    """Model FLOPs of one rollout and of one update epoch at M = ``num_envs`` (one iteration of the
-    real trainer under FlopCounterMode, with 1 and with 2 update epochs: the difference is an epoch),
-    and the FLOPs of the 2-epoch iteration per op name."""
+def iteration_flops(nodes: int, num_envs: int, preset: str) -> tuple[float, float, dict]:
+    """Model FLOPs of one rollout and of one update epoch (one iteration of the real trainer under
+    FlopCounterMode, with 1 and with 2 update epochs: the difference is an epoch), and the FLOPs of
+    the 1-epoch iteration per op name."""
     count_cpu_attention()
-    totals = []
-    for epochs in (1, EPOCHS):
+    totals, by_op = [], {}
+    for epochs in (1, 2):
         counter = FlopCounterMode(display=False)
-        one_iteration(num_envs, counter, epochs)
+        one_iteration(nodes, num_envs, preset, counter, epochs)
         totals.append(counter.get_total_flops())
-    per_epoch = (totals[1] - totals[0]) / (EPOCHS - 1)
-    by_op = {str(op): flops for op, flops in counter.get_flop_counts()["Global"].items()}
+        if epochs == 1:
+            by_op = {str(op): flops for op, flops in counter.get_flop_counts()["Global"].items()}
+    per_epoch = totals[1] - totals[0]
     return totals[0] - per_epoch, per_epoch, by_op
 
 
@@ -97,12 +107,13 @@ def op_group(name: str) -> str:
     return "matrix products" if op in ("mm", "bmm", "addmm") else "the rest"
 
 
-def where_time_goes(num_envs: int, by_op: dict, peak: float) -> str:
+def where_time_goes(nodes: int, num_envs: int, preset: str, epochs: int, by_op: dict, peak: float) -> str:
     """One profiled iteration, its self CPU time split into the attention kernels, the matrix products
     and everything else (elementwise ops, indexing, the optimizer, the env: no model FLOPs), each
-    with its share of the time and its FLOP rate against the peak."""
+    with its share of the time and its FLOP rate against the peak (``by_op``: the FLOPs of a
+    1-epoch iteration; ``epochs`` is that of the profiled one)."""
     profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-    one_iteration(num_envs, profiler)
+    one_iteration(nodes, num_envs, preset, profiler, 1)
     seconds = dict.fromkeys(["attention kernels", "matrix products", "the rest"], 0.0)
     for event in profiler.key_averages():
         seconds[op_group(event.key)] += event.self_cpu_time_total / 1e6
@@ -137,42 +148,47 @@ def matmul_peak(size: int = 2048, repeats: int = 5) -> float:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-envs", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--num-nodes", type=int, nargs="+", default=[50, 100])
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[256])
+    parser.add_argument("--preset", choices=("ppo-or", "rlor"), default="ppo-or")
     parser.add_argument("--iterations", type=int, default=3, help="timed iterations after one warm-up")
     parser.add_argument("--profile", action="store_true", help="print the profiler's table of one iteration")
     args = parser.parse_args()
-    print("TSP50, N=50 trajectories, 1 thread; times per iteration (one rollout + one PPO update)")
+    if min(args.num_nodes) < 5 or min(args.num_envs) < 8 or args.iterations < 1:
+        sys.exit("error: --num-nodes at least 5, --num-envs at least 8, --iterations at least 1")
+    epochs = ppo_or.PRESETS[args.preset].update_epochs
+    print(f"TSP, preset {args.preset} ({epochs} update epoch(s)), 1 thread; times per iteration (one rollout + one update)")
     peak = matmul_peak()
     print(f"peak: float32 2048x2048 matmul on 1 thread, {peak / 1e9:.1f} GFLOP/s")
-    for m in args.num_envs:
-        cached, uncached = measure(m, args.iterations, True), measure(m, args.iterations, False)
-        share = cached["update"] / (cached["rollout"] + cached["update"])
-        line = (
-            f"M={m}: {cached['sps']:,.0f} env steps/s ({cached['sps'] * 50:,.0f} node selections/s), "
-            f"rollout {cached['rollout']:.2f}s + update {cached['update']:.2f}s ({share:.0%} in the update); "
-            f"without the encoder cache {uncached['sps']:,.0f} env steps/s (rollout {uncached['rollout']:.2f}s), "
-            f"cache ratio {cached['sps'] / uncached['sps']:.2f}x"
-        )
-        if m in PAPER_SPS:
-            line += f"; vs the paper's original code ({PAPER_SPS[m]}/s) {cached['sps'] / PAPER_SPS[m]:.1f}x"
-        print(line, flush=True)
-        rollout_flops, epoch_flops, by_op = iteration_flops(m)
-        update_rate = EPOCHS * epoch_flops / cached["update"]
-        rollout_rate = rollout_flops / cached["rollout"]
-        total_rate = (rollout_flops + EPOCHS * epoch_flops) / (cached["rollout"] + cached["update"])
-        print(
-            f"  model FLOPs per iteration: rollout {rollout_flops / 1e9:.1f} G, update {EPOCHS * epoch_flops / 1e9:.1f} G; "
-            f"achieved: update {update_rate / 1e9:.2f} GFLOP/s ({update_rate / peak:.0%} of peak), "
-            f"rollout {rollout_rate / 1e9:.2f} GFLOP/s ({rollout_rate / peak:.0%}), "
-            f"iteration {total_rate / 1e9:.2f} GFLOP/s ({total_rate / peak:.0%})",
-            flush=True,
-        )
-        print(where_time_goes(m, by_op, peak), flush=True)
-        if args.profile:
-            torch.set_num_threads(1)
-            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-            one_iteration(m, profiler)
-            print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=15), flush=True)
+    for nodes in args.num_nodes:
+        for m in args.num_envs:
+            cached = measure(nodes, m, args.preset, args.iterations, True)
+            uncached = measure(nodes, m, args.preset, args.iterations, False)
+            ratio = cached["update"] / cached["rollout"]
+            line = (
+                f"TSP{nodes} M={m}: {cached['sps']:,.0f} env steps/s, rollout {cached['rollout']:.2f}s + update "
+                f"{cached['update']:.2f}s per iteration: the update costs {ratio:.2f}x the rollout; without the "
+                f"encoder cache {uncached['sps']:,.0f} env steps/s (rollout {uncached['rollout']:.2f}s), cache ratio "
+                f"{cached['sps'] / uncached['sps']:.2f}x"
+            )
+            if nodes == 50 and args.preset == "rlor" and m in PAPER_SPS:
+                line += f"; vs the paper's original code ({PAPER_SPS[m]}/s) {cached['sps'] / PAPER_SPS[m]:.1f}x"
+            print(line, flush=True)
+            rollout_flops, epoch_flops, by_op = iteration_flops(nodes, m, args.preset)
+            update_rate = epochs * epoch_flops / cached["update"]
+            rollout_rate = rollout_flops / cached["rollout"]
+            print(
+                f"  model FLOPs per iteration: rollout {rollout_flops / 1e9:.1f} G, update {epochs * epoch_flops / 1e9:.1f} G; "
+                f"achieved: update {update_rate / 1e9:.2f} GFLOP/s ({update_rate / peak:.0%} of peak), "
+                f"rollout {rollout_rate / 1e9:.2f} GFLOP/s ({rollout_rate / peak:.0%})",
+                flush=True,
+            )
+            print(where_time_goes(nodes, m, args.preset, epochs, by_op, peak), flush=True)
+            if args.profile:
+                torch.set_num_threads(1)
+                profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                one_iteration(nodes, m, args.preset, profiler, epochs)
+                print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=15), flush=True)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -40,6 +38,14 @@ from ppoor.envs.vrp import CLASSIC  # noqa: E402
 from ppoor.models import load_agent, read_checkpoint  # noqa: E402
 from ppoor.search import decode  # noqa: E402
 from ppoor.search.solutions import vrp_cost  # noqa: E402
+from rl4co_peer import (  # noqa: E402
+    mark_checkpoints,
+    pomo_policy,
+    ppo_or_command,
+    rl4co_decode,
+    run_side_by_side,
+    train_rl4co,
+)
 
 SETTINGS = (("greedy", False, 1), ("multi-greedy x8", True, 8))
 
@@ -59,56 +65,12 @@ def rl4co_env(num_nodes: int):
     return MTVRPEnv(generator=RouteFinderLimits(num_loc=num_nodes, variant_preset="all"))
 
 
-def train_rl4co(out: Path, minutes: float, num_nodes: int, seed: int) -> None:
-    """RL4CO's POMO for ``minutes`` on one thread; the policy's weights each minute in out/ckpt."""
-    import lightning.pytorch as pl
-    from rl4co.models import POMO
-    from rl4co.utils.trainer import RL4COTrainer
-
-    torch.set_num_threads(1)
-    pl.seed_everything(seed)
-    (out / "ckpt").mkdir(parents=True, exist_ok=True)
-
-    class EveryMinute(pl.Callback):
-        def __init__(self):
-            self.start, self.saved = time.perf_counter(), 0
-
-        def on_train_batch_end(self, trainer, module, *args):
-            elapsed = time.perf_counter() - self.start
-            if elapsed >= 60 * (self.saved + 1) or elapsed >= 60 * minutes:
-                self.saved += 1
-                torch.save({"policy": module.policy.state_dict(), "elapsed_seconds": elapsed,
-                            "step": trainer.global_step}, out / "ckpt" / f"{self.saved}.pt")  # fmt: skip
-
-    env = rl4co_env(num_nodes)
-    model = POMO(env, batch_size=64, train_data_size=64 * 100, val_data_size=64, optimizer_kwargs={"lr": 1e-4})
-    trainer = RL4COTrainer(
-        max_epochs=10**6, max_time={"minutes": minutes}, accelerator="cpu", devices=1, precision="32",
-        logger=False, enable_checkpointing=False, callbacks=[EveryMinute()], enable_progress_bar=False,
-        limit_val_batches=0, num_sanity_val_steps=0,
-    )  # fmt: skip
-    trainer.fit(model)
-
-
-def train(name: str, args: argparse.Namespace) -> subprocess.Popen:
-    """Starts one trainer in a child process (one thread)."""
+def train(name: str, args: argparse.Namespace) -> list[str]:
+    """The command of one trainer (one thread)."""
     if name == "ppo-or":
-        cmd = [sys.executable, str(ROOT / "ppo_or.py"), "--env-id", "mtvrp-v0", "--num-nodes", str(args.num_nodes)]
-        cmd += ["--num-envs", "256", "--threads", "1", "--seed", str(args.seed), "--total-timesteps", str(10**12)]
-        cmd += ["--total-seconds", str(args.minutes * 60), "--exp-name", "vs-routefinder", "--eval-interval", "0"]
-        cmd += ["--checkpoint-interval", "0", "--checkpoint-seconds", "60"]
-    else:
-        cmd = [
-            sys.executable,
-            __file__,
-            "--train-rl4co",
-            str(args.out / "rl4co-mtpomo"),
-            "--minutes",
-            str(args.minutes),
-        ]
-        cmd += ["--num-nodes", str(args.num_nodes), "--seed", str(args.seed)]
-    print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
-    return subprocess.Popen(cmd, cwd=args.out, stdout=open(args.out / f"{name}.log", "w"), stderr=subprocess.STDOUT)
+        return ppo_or_command("mtvrp-v0", args.num_nodes, args.minutes, args.seed, "vs-routefinder")
+    return [sys.executable, __file__, "--train-rl4co", str(args.out.resolve() / "rl4co-mtpomo"),
+            "--minutes", str(args.minutes), "--num-nodes", str(args.num_nodes), "--seed", str(args.seed)]  # fmt: skip
 
 
 def test_sets(args: argparse.Namespace) -> dict:
@@ -124,14 +86,6 @@ def test_sets(args: argparse.Namespace) -> dict:
     return sets
 
 
-def mark_checkpoints(folder: Path, marks: list[float], elapsed) -> list[tuple[float, Path]]:
-    """For each mark (minutes), the first checkpoint of ``folder`` written at or after it (else the last)."""
-    found = sorted((elapsed(p), p) for p in folder.glob("*.pt"))
-    if not found:
-        sys.exit(f"error: {folder} holds no checkpoint")
-    return [next((c for c in found if c[0] >= 60 * m - 1e-6), found[-1]) for m in marks]
-
-
 def gaps(tours, data, references) -> tuple[float, int]:
     """Mean gap (%) of checked tours and how many failed the checker (scored at twice the reference)."""
     costs, invalid = [], 0
@@ -145,8 +99,6 @@ def gaps(tours, data, references) -> tuple[float, int]:
 
 
 def evaluate(args: argparse.Namespace, marks: list[float]) -> list[dict]:
-    from rl4co.models import POMO
-
     sets = test_sets(args)
     rows = []
     ours = mark_checkpoints(sorted(args.out.glob("runs/mtvrp-v0__vs-routefinder*"))[-1] / "ckpt", marks,
@@ -154,7 +106,7 @@ def evaluate(args: argparse.Namespace, marks: list[float]) -> list[dict]:
     theirs = mark_checkpoints(args.out / "rl4co-mtpomo" / "ckpt", marks,
                               lambda p: torch.load(p, weights_only=True)["elapsed_seconds"])  # fmt: skip
     env = rl4co_env(args.num_nodes)
-    policy = POMO(env).policy
+    policy = pomo_policy(env)
     for mark, (seconds, path), (peer_seconds, peer_path) in zip(marks, ours, theirs, strict=True):
         agent, _ = load_agent(path)
         policy.load_state_dict(torch.load(peer_path, weights_only=True)["policy"])
@@ -168,8 +120,6 @@ def evaluate(args: argparse.Namespace, marks: list[float]) -> list[dict]:
                         mode = "multi-greedy" if multi else "greedy"
                         tours = decode(agent, data.instances, mode, augment_copies=copies, batch_size=100).tours
                     else:
-                        from rl4co_peer import rl4co_decode
-
                         tours = rl4co_decode(policy, env, data.instances, multi, copies, problem="mtvrp")
                     per_variant[variant], bad = gaps(tours, data, references)
                     invalid += bad
@@ -200,7 +150,7 @@ def main():
     if args.solver_seconds <= 0 or not np.isfinite(args.solver_seconds):
         sys.exit("error: --solver-seconds must be a positive number")
     if args.train_rl4co:
-        train_rl4co(args.train_rl4co, args.minutes, args.num_nodes, args.seed)
+        train_rl4co(args.train_rl4co, rl4co_env(args.num_nodes), args.minutes, args.seed)
         return
     try:
         import rl4co  # noqa: F401
@@ -212,15 +162,7 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     if not args.evaluate:
-        started = time.perf_counter()
-        if args.jobs == 2:
-            children = [train(name, args) for name in ("ppo-or", "rl4co-mtpomo")]
-            codes = [child.wait() for child in children]
-        else:
-            codes = [train(name, args).wait() for name in ("ppo-or", "rl4co-mtpomo")]
-        if any(codes):
-            sys.exit(f"error: a trainer failed (exit codes {codes}); see the logs in {args.out}")
-        print(f"trained in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
+        run_side_by_side({name: train(name, args) for name in ("ppo-or", "rl4co-mtpomo")}, args.out, args.jobs)
     rows = evaluate(args, marks)
     (args.out / "results.json").write_text(json.dumps(rows, indent=1))
     print(f"\nn = {args.num_nodes}, {args.instances} RouteFinder test instances per classic variant, mean gap to "

@@ -28,7 +28,7 @@ def main(data_path: str, out_path: str) -> None:
     torch.manual_seed(0)
     agent = Agent(data["problem"])
     optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3, eps=1e-5)
-    args = ppo_or.Args(num_envs=total, num_minibatches=1, baseline="critic")  # every loss term: weights, value
+    args = ppo_or.Args(num_envs=total, minibatch_size=total, baseline="critic")  # every loss term: weights, value
     loss, _ = ppo_or.ppo_loss(agent, static, steps, batch, torch.arange(static["coords"].shape[0]), args)
     optimizer.zero_grad()
     loss.backward()

@@ -25,7 +25,7 @@ def torchrun(tmp_path, *args, nproc=True):
 def test_two_process_run_keeps_ranks_identical_and_logs_once(tmp_path):
     args = [str(ROOT / "ppo_or.py"), "--env-id", "cvrp-v0", "--num-nodes", "6", "--num-envs", "4", "--n-traj", "3"]
     args += ["--train-augment", "2"]
-    args += ["--num-minibatches", "2", "--threads", "1", "--eval-instances", "10", "--eval-interval", "2"]
+    args += ["--minibatch-size", "2", "--threads", "1", "--eval-instances", "10", "--eval-interval", "2"]
     out = torchrun(tmp_path, *args, "--total-timesteps", "150", "--checkpoint-interval", "2")
     assert "parameters identical across 2 processes: True" in out
     (run,) = (tmp_path / "runs").iterdir()
@@ -113,8 +113,8 @@ def test_amp_runs_on_gpu(tmp_path):
         "8",
         "--n-traj",
         "4",
-        "--num-minibatches",
-        "2",
+        "--minibatch-size",
+        "4",
         "--total-timesteps",
         "200",
     ]

@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 import torch
 from checks import SHARED
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ppoor.envs import ENV_IDS, kool_dataset, standard_dataset
 from ppoor.models import Agent, load_agent, read_checkpoint
 from ppoor.search import decode
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--num-envs", "8", "--n-traj", "4", "--num-minibatches", "2", "--threads", "1", "--eval-instances", "20"]
+TINY = ["--num-envs", "8", "--n-traj", "4", "--minibatch-size", "4", "--threads", "1", "--eval-instances", "20"]
 TAGS = {
     "charts/episodic_return",
     "charts/episodic_length",
@@ -143,7 +145,9 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes(tmp_path, signum):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--num-envs", "10", "--num-minibatches", "3"], "--num-minibatches 3 does not divide --num-envs 10"),
+        (["--minibatch-size", "0"], "--minibatch-size must be at least 1, got 0"),
+        (["--update-chunk", "0"], "--update-chunk must be at least 1, got 0"),
+        (["--target-kl", "nan"], "--target-kl must be between 0 and 100, got nan"),
         (["--num-nodes", "1"], "--num-nodes must be between 2 and 100000, got 1"),
         (["--env-id", "vrp-v9"], "invalid choice 'vrp-v9' for argument '--env-id'"),
         (["--n-traj", "0"], "--n-traj must be at least 1"),
@@ -189,7 +193,7 @@ def test_training_learns_tsp20(tmp_path, preset):
     """
     train(
         tmp_path,
-        *("--num-nodes", "20", "--num-envs", "64", "--n-traj", "20", "--num-minibatches", "4"),
+        *("--num-nodes", "20", "--num-envs", "64", "--n-traj", "20", "--minibatch-size", "16"),
         *("--total-timesteps", "60000", "--eval-interval", "0", "--threads", "2", "--preset", preset),
     )
     data = kool_dataset("tsp", 20, "test", 100)
@@ -214,7 +218,7 @@ def test_training_learns_vrptw20(tmp_path):
     """
     train(
         tmp_path,
-        *("--env-id", "vrptw-v0", "--num-nodes", "20", "--num-envs", "64", "--num-minibatches", "4"),
+        *("--env-id", "vrptw-v0", "--num-nodes", "20", "--num-envs", "64", "--minibatch-size", "16"),
         *("--total-timesteps", "60000", "--eval-interval", "0", "--threads", "2"),
     )
     data = standard_dataset("mtvrp", 20, "test", 100, "vrptw")
@@ -400,6 +404,127 @@ def test_start_loss_is_the_gradient_of_the_expected_advantage():
     assert compared > 10
 
 
+def rollout_batch(seed: int, num_envs: int = 6, num_nodes: int = 5):
+    """A CVRP rollout of two steps for ``num_envs`` instances x 5 trajectories (multi-start first
+    step, then a sampled one), with random advantages and a random half of the second step dead:
+    (agent, static, steps, batch); the batch-norm statistics it used are left in ``rollout_batch.norms``."""
+    from ppoor.envs import CVRPVectorEnv
+    from ppoor.models import StateWrapper
+    from ppoor.models.distributed_norm import recorded_statistics
+
+    from ppoor import ppo_or
+
+    env = CVRPVectorEnv(num_envs=num_envs, num_nodes=num_nodes, n_traj=num_nodes)
+    obs, _ = env.reset(seed=seed)
+    wrapper = StateWrapper("cvrp")
+    static = wrapper.static(obs)
+    torch.manual_seed(seed)
+    agent = Agent("cvrp")
+    generator = torch.Generator().manual_seed(seed)
+    states, actions, logprobs = [], [], []
+    with torch.no_grad(), recorded_statistics(agent) as norms:
+        for t in range(2):
+            state = wrapper.state(static, obs)
+            forced = ppo_or.first_nodes(torch.arange(1, num_nodes + 1), num_envs, num_nodes) if t == 0 else None
+            action, logprob, _, _ = agent.get_action_and_value(state, forced, with_value=False)
+            obs, _, _, _, _ = env.step(action.numpy())
+            states.append({k: v for k, v in state.items() if k not in static})
+            actions.append(action)
+            logprobs.append(logprob)
+    alive = torch.ones(2, num_envs, num_nodes, dtype=torch.bool)
+    alive[1] = torch.rand(num_envs, num_nodes, generator=generator) < 0.5
+    batch = {
+        "actions": torch.stack(actions),
+        "logprobs": torch.stack(logprobs),
+        "advantages": torch.randn(1, num_envs, num_nodes, generator=generator).expand(2, -1, -1),
+        "alive": alive,
+    }
+    batch["weights"] = torch.stack([num_nodes * logprobs[0].exp(), torch.ones_like(logprobs[1])]) * alive
+    rollout_batch.norms = norms  # the batch statistics the rollout normalised with
+    return agent, static, ppo_or.stack_states(states), batch
+
+
+@settings(max_examples=8, deadline=None)
+@given(chunk=st.integers(1, 5), norm_adv=st.booleans(), seed=st.integers(0, 1000))
+def test_chunks_accumulate_the_gradient_of_the_whole_minibatch(chunk, norm_adv, seed):
+    """The update encodes a minibatch at once and decodes it in chunks (--update-chunk), each chunk's
+    backward pass stopping at the encoding and the encoder's running once: with the minibatch's
+    shared totals (live-step count, advantage statistics) the step equals that of the whole
+    minibatch decoded at once, in training mode (batch norm over the minibatch either way), and the
+    chunks' statistics add up to the minibatch's. SGD, so that the step is the gradient itself."""
+    import contextlib
+
+    from ppoor import ppo_or
+
+    results = []
+    for rows in (6, chunk):
+        agent, static, steps, batch = rollout_batch(seed)
+        args = ppo_or.Args(num_envs=6, n_traj=5, num_nodes=5, norm_adv=norm_adv, minibatch_size=6, update_epochs=1)
+        args = ppo_or.replace(args, target_kl=None, max_grad_norm=1e6)
+        before = [p.detach().clone() for p in agent.parameters()]
+        optimizer = torch.optim.SGD(agent.parameters(), lr=1.0)
+        torch.manual_seed(seed)
+        stats = ppo_or.ppo_update(agent, optimizer, static, steps, batch, args, rows, contextlib.nullcontext())
+        results.append(([b - p.detach() for b, p in zip(before, agent.parameters(), strict=True)], stats))
+    (whole, whole_stats), (chunked, chunked_stats) = results
+    moved = 0
+    for got, want in zip(chunked, whole, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+        moved += bool(want.abs().max() > 0)
+    assert moved > 10
+    for key, value in whole_stats.items():
+        assert chunked_stats[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 1000), rows=st.integers(1, 5))
+def test_a_minibatch_replays_the_rollouts_batch_norm(seed, rows):
+    """In training mode the encoder normalises with the statistics of its batch, so a minibatch of a
+    rollout's instances, re-encoded alone, scores the stored actions under another policy (a KL
+    divergence before any step); with the rollout's recorded statistics it scores them exactly as
+    the rollout did (ratio 1), and its gradient still reaches every parameter."""
+    from ppoor.models.distributed_norm import fixed_statistics
+
+    from ppoor import ppo_or
+
+    agent, static, steps, batch = rollout_batch(seed)
+    args = ppo_or.Args(num_envs=6, n_traj=5, num_nodes=5)
+    index = torch.randperm(6, generator=torch.Generator().manual_seed(seed))[:rows]
+    with torch.no_grad():
+        _, alone = ppo_or.ppo_loss(agent, static, steps, batch, index, args)
+    with fixed_statistics(agent, rollout_batch.norms):
+        loss, replayed = ppo_or.ppo_loss(agent, static, steps, batch, index, args)
+        grads = torch.autograd.grad(loss, list(agent.encoder.parameters()))
+    assert alone["approx_kl"] > 1e-6
+    assert abs(replayed["approx_kl"]) < 1e-6 and replayed["clipfrac"] == 0.0
+    assert all(g.abs().sum() > 0 for g in grads)
+
+
+def test_the_trust_region_stops_the_update_and_steers_the_learning_rate():
+    """--target-kl: the update stops before a minibatch on which the policy has moved more than
+    2 x target_kl (never before its first step), and the learning rate factor falls by 1.5 above
+    2 x target_kl, rises by 1.5 (to at most 1) below target_kl / 2 and stays put between."""
+    import contextlib
+
+    from ppoor import ppo_or
+
+    taken = {}
+    for target in (None, 1e-9):
+        agent, static, steps, batch = rollout_batch(3)
+        optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
+        args = ppo_or.Args(num_envs=6, n_traj=5, num_nodes=5, minibatch_size=2, update_epochs=3, target_kl=target)
+        stats = ppo_or.ppo_update(agent, optimizer, static, steps, batch, args, 2, contextlib.nullcontext())
+        taken[target] = stats["optimizer_steps"]
+        assert {"policy_loss", "entropy", "approx_kl", "clipfrac"} <= set(stats)
+    assert taken == {None: 9, 1e-9: 1}
+    steer = ppo_or.steer_learning_rate
+    assert steer(1.0, 0.05, 0.01) == pytest.approx(1 / 1.5)
+    assert steer(0.5, 0.001, 0.01) == pytest.approx(0.75)
+    assert steer(0.9, 0.001, 0.01) == 1.0
+    assert steer(0.5, 0.01, 0.01) == 0.5
+    assert steer(1e-3, 1.0, 0.01) == 1e-3
+
+
 def test_track_without_a_wandb_login_fails_at_once(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")}
     env["HOME"] = str(tmp_path)  # no ~/.netrc login
@@ -418,7 +543,8 @@ def test_gpu_check_runs_on_cpu():
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    needles = ("train float32:", "first-iteration losses: policy_loss", "waiting, over 2 iterations: the env")
+    needles = ("train TSP10 ppo-or float32:", "train CVRP10 ppo-or float32:", "train TSP10 rlor float32:")
+    needles += ("first-iteration losses: policy_loss", "would take", "waiting, over 2 iterations: the env")
     for needle in (*needles, "host traffic: tsp-v0"):
         assert needle in out
     assert "multi-greedy x8" in out and "time to target: TSP10 greedy" in out and "gpu_check done" in out
