@@ -31,6 +31,7 @@ step, so the messages are recomputed with gradients) into minibatches.
 """
 
 import copy
+import math
 import os
 import random
 import sys
@@ -172,6 +173,7 @@ class Args:
 
 LIMITS = {
     **PPO_LIMITS,
+    "num_minibatches": (1, math.inf),
     "threads": (0, MAX_THREADS),
     "width": (20, 1_000),
     "height": (20, 1_000),

@@ -12,10 +12,10 @@ Each rollout steps M instances x N trajectories of the bi-level vector env. The 
 encoded once per rollout and every step decodes from that cache, all N trajectories of an instance
 against its one encoding. The update splits the instances into minibatches of --minibatch-size,
 re-encodes each with gradients and decodes all stored steps of its instances (in chunks when memory
-asks for it). A trust region keeps each update near the rollout's policy: the update stops early
-once a minibatch finds the policy --target-kl x 2 away, and the KL an update reached steers the
-learning rate. A global step is one step of one instance (all its N trajectories); node selections
-count trajectory-steps.
+asks for it). With --target-kl a trust region keeps each update near the rollout's policy: the
+update stops early once a minibatch finds the policy 2 x target_kl away, and the KL an update
+reached steers the learning rate. A global step is one step of one instance (all its N
+trajectories); node selections count trajectory-steps.
 
 Two presets: ``ppo-or`` (the default) starts the N trajectories of an instance from N distinct
 first nodes and scores each trajectory against the mean of its instance's trajectories (POMO's
@@ -162,17 +162,17 @@ class Args:
     clip_vloss: bool = True
     """toggles whether or not to use a clipped loss for the value function, as per the paper"""
     ent_coef: float = 0.0
-    """coefficient of the entropy bonus (0 with the shared baseline, as in POMO: a trajectory's advantage is spread
-    over its n steps, so at n = 50 a bonus of 0.01 per step outweighs it and the entropy climbs back)"""
+    """coefficient of the entropy bonus (0 with the shared baseline, as in POMO; the rlor preset's critic uses 0.01)"""
     vf_coef: float = 0.5
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
     """the maximum norm for the gradient clipping"""
-    target_kl: float | None = 0.02
-    """the trust region: the KL divergence of the updated policy from the rollout's that the update may reach.
+    target_kl: float | None = None
+    """a trust region: the KL divergence of the updated policy from the rollout's that the update may reach.
     An update stops before a minibatch that finds the policy more than 2 x target_kl away, and after each
     update the KL measured on a sample of the rollout steers the learning rate: divided by 1.5 above
-    2 x target_kl, multiplied by 1.5 (up to --learning-rate) below target_kl / 2. None: no trust region"""
+    2 x target_kl, multiplied by 1.5 (up to --learning-rate) below target_kl / 2. None: no trust region
+    (the default: 0.02 learned more slowly at TSP20 and did not stop the TSP50 relapses, docs/training.md)"""
     replay_batch_norm: bool = False
     """the update's encoder normalises with the batch-norm statistics of the rollout (their gradient taken from
     the minibatch), so that each minibatch starts from the policy that sampled its actions; False: with the

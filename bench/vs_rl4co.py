@@ -7,7 +7,7 @@ multi-greedy and multi-greedy x8.
     python bench/vs_rl4co.py --env-id cvrp-v0 --num-nodes 50 --minutes 60 --marks 10 20 40 60
     python bench/vs_rl4co.py --env-id tsp-v0 --num-nodes 50 --evaluate   # score the runs in --out again
 
-ppo-or trains with its defaults at a CPU shape (``--num-envs 256``); the peer is RL4CO's POMO
+ppo-or trains with its defaults at a CPU shape (``--num-envs 256``; ``--ppo-or-args`` adds arguments); the peer is RL4CO's POMO
 (``pip install -r requirements-bench.txt``) with POMO's own settings (batch 64, Adam 1e-4, every node
 or customer a start, the shared baseline) on RL4CO's generator of the same distribution (uniform
 unit square; CVRP demands 1..9 over Kool's capacities). Both save a checkpoint each minute; a mark
@@ -23,6 +23,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import shlex  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -122,6 +123,7 @@ def main():
     parser.add_argument("--instances", type=int, help="first test instances (default: 1,000 TSP, 200 CVRP)")
     parser.add_argument("--references", type=Path, help=".npy of reference lengths of the test set")
     parser.add_argument("--out", type=Path, help="folder of the runs (default bench-runs/vs-rl4co-{env}{n})")
+    parser.add_argument("--ppo-or-args", default="", help="extra ppo_or.py arguments, e.g. '--target-kl 0.02'")
     parser.add_argument("--evaluate", action="store_true", help="score the runs in --out, train nothing")
     parser.add_argument("--train-rl4co", type=Path, help=argparse.SUPPRESS)  # the peer's child process
     args = parser.parse_args()
@@ -146,6 +148,7 @@ def main():
     torch.set_num_threads(1)
     if not args.evaluate:
         ours = ppo_or_command(args.env_id, args.num_nodes, args.minutes, args.seed, "vs-rl4co")
+        ours += shlex.split(args.ppo_or_args)
         peer = [sys.executable, __file__, "--env-id", args.env_id, "--num-nodes", str(args.num_nodes), "--minutes",
                 str(args.minutes), "--seed", str(args.seed), "--train-rl4co", str(args.out.resolve() / "rl4co-pomo")]  # fmt: skip
         run_side_by_side({"ppo-or": ours, "rl4co-pomo": peer}, args.out, args.jobs)

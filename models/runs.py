@@ -25,7 +25,6 @@ PPO_LIMITS = {
     "learning_rate": (1e-10, 10.0),
     "gamma": (0.0, 1.0),
     "gae_lambda": (0.0, 1.0),
-    "num_minibatches": (1, math.inf),
     "update_epochs": (1, math.inf),
     "clip_coef": (1e-6, 10.0),
     "ent_coef": (0.0, 10.0),

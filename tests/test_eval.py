@@ -122,21 +122,25 @@ def test_reference_solvers_on_the_fly(tmp_path, small_checkpoints):
 
 
 def test_validation_references_are_computed_once_and_cached(tmp_path):
-    """The trainer's gap references: LKH on the first Kool instances, cached as an .npy. On TSP20
-    they equal the shared LKH lengths of the test set (LKH is optimal there)."""
+    """The trainer's gap references: LKH on the first Kool instances, cached as an .npy where none
+    ships (TSP10); at a shipped size (TSP20) the shipped lengths, nothing computed, equal to the
+    shared LKH lengths of the test set (LKH is optimal there)."""
     pytest.importorskip("elkai", reason="elkai is an optional extra")
-    from ppoor.data.references import kool_references
+    from ppoor.data.references import kool_references, reference_lengths
 
-    lengths = kool_references("tsp", 20, "test", 20, str(tmp_path))
-    cached = tmp_path / "tsp20_test_seed1234_first20_lkh.npy"
+    lengths = kool_references("tsp", 10, "test", 20, str(tmp_path))
+    cached = tmp_path / "tsp10_test_seed1234_first20_lkh.npy"
     assert cached.exists() and np.array_equal(np.load(cached), lengths)
+    np.testing.assert_allclose(lengths[:3], reference_lengths("tsp", 10, "test", 3, "lkh", 0.0), rtol=1e-9)
+    shipped = kool_references("tsp", 20, "test", 20, str(tmp_path))
+    assert not list(tmp_path.glob("tsp20_*")) and shipped.shape == (20,)
     shared = SHARED / "references" / "tsp20_test_seed1234_lkh.npy"
     if shared.exists():
-        np.testing.assert_allclose(lengths, np.load(shared)[:20], rtol=1e-6)
+        np.testing.assert_allclose(shipped, np.load(shared)[:20], rtol=1e-6)
     np.save(cached, np.arange(20.0))  # a second call reads the cache instead of solving again
-    assert np.array_equal(kool_references("tsp", 20, "test", 20, str(tmp_path)), np.arange(20.0))
+    assert np.array_equal(kool_references("tsp", 10, "test", 20, str(tmp_path)), np.arange(20.0))
     cached.write_bytes(b"broken")  # an unreadable cache is computed again
-    assert np.array_equal(kool_references("tsp", 20, "test", 20, str(tmp_path)), lengths)
+    assert np.array_equal(kool_references("tsp", 10, "test", 20, str(tmp_path)), lengths)
     assert kool_references("cvrp", 10, "val", 20, str(tmp_path)) is None  # no CVRP reference ships at 10
 
 
