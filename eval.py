@@ -73,7 +73,8 @@ class Args:
     references: str | None = None
     """reference lengths: a CSV (first column instance name, last column value, a header row) or an .npy;
     without it (and --reference-solver) the standard sets take the lengths shipped for them, where any
-    (data/reference_lengths: TSP / CVRP validation sets, RouteFinder's VRP test sets at 50 and 100)"""
+    (data/reference_lengths: Kool's TSP / CVRP validation sets and the first 1,000 / 200 of their test sets,
+    RouteFinder's VRP test sets at 50 and 100)"""
     reference_solver: Literal["lkh", "pyvrp", "ortools"] | None = None
     """compute references on the fly: lkh (elkai, TSP), pyvrp (CVRP, every VRP variant, MRCVRP, PCVRP) or ortools
     (PDP by OR-Tools routing, OP and PCTSP by CP-SAT); optional extras"""
