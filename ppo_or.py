@@ -23,6 +23,7 @@ shared baseline inside PPO's clipped objective); ``rlor`` is the paper's algorit
 node, critic and GAE).
 """
 
+import contextlib
 import math
 import os
 import random
@@ -752,7 +753,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
         static = wrapper.static(next_obs)
         states, actions, logprobs, values, rewards, dones, alive, weights = [], [], [], [], [], [], [], []
         env_steps = 0
-        with torch.no_grad(), autocast, recorded_statistics(agent) as norms:  # the update replays its batch norm
+        replay = recorded_statistics(agent) if args.replay_batch_norm else contextlib.nullcontext([])
+        with torch.no_grad(), autocast, replay as norms:  # with --replay-batch-norm the update normalises alike
             cache = agent.encode(static) if args.encoder_cache else None
             for _ in range(num_steps):
                 running = ~envs.unwrapped.terminated
@@ -820,7 +822,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
 
         # optimizing the policy and value network over minibatches of instances
         update_start = time.time()
-        with fixed_statistics(agent, norms if args.replay_batch_norm else []):  # from the rollout's own policy
+        with fixed_statistics(agent, norms):  # empty without --replay-batch-norm: the minibatch's own statistics
             stats = ppo_update(agent, optimizer, static, steps, batch, args, chunk, autocast)
             if args.target_kl is not None:  # the KL the update reached, on a sample of the rollout
                 with torch.no_grad(), autocast:
