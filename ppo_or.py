@@ -305,8 +305,7 @@ def update_memory(rows: int, n_traj: int, actions: int, steps: int) -> float:
 def chunk_rows(args: Args, actions: int, steps: int, device: torch.device) -> int:
     """The instances the update decodes at once: --update-chunk, else the most whose
     ``update_memory`` fits in 1 GiB on the CPU (a third of the free memory on a GPU); at least 1, at
-    most a minibatch. (The speed hardly depends on it: on one thread a TSP50 minibatch of 32 updates
-    in the same time at once or in chunks of 4.)"""
+    most a minibatch."""
     size = min(args.minibatch_size, args.num_envs)
     if args.update_chunk is not None:
         return min(args.update_chunk, size)
