@@ -6,6 +6,7 @@ mean gap of the successes, steps, LLM calls, tokens, seconds), and a JSON file.
     python eval_rlea.py --planner runs/<run> --methods standard rlea --only vrp-c vrp-c-tw
     python eval_rlea.py --methods standard cot self_refine           # no planner needed
     python eval_rlea.py --llm-backend openai --llm-base-url http://localhost:11434/v1 --llm-model qwen2.5-coder:7b ...
+    python eval_rlea.py --problems my_problems --only my-vrp --judge my_solver.py   # judge your own program, no LLM
 """
 
 
@@ -36,10 +37,15 @@ class Args(LLMArgs):
     """an rlea.py run folder (or its planner.pt), or a shipped planner's name: the planner and its memory; needed by rlea and its ablations"""
     methods: tuple[Method, ...] = METHODS
     """the methods to run"""
-    split: Literal["train", "test", "all"] = "test"
-    """which problems of the folder"""
+    split: Literal["train", "test", "all"] | None = None
+    """which problems of the folder; None: the test split of the shipped benchmark, every problem of a folder
+    given with --problems"""
     only: tuple[str, ...] = ()
     """problem names to run, of any split (default: every problem of --split)"""
+    judge: str | None = None
+    """a program file (defining solve(instance)) to judge on the one problem --only names, exactly as a generated
+    program is judged (sandbox, checker, reference), with no LLM: prints the verdict and every reason, exits 0 on
+    success and 1 otherwise"""
     seed: int = 1
     """seed of the action draws and the local model's sampling"""
     online_memory: bool = False
@@ -88,11 +94,47 @@ def table(rows: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def judge(args: Args, problem: dict) -> int:
+    """Judge the program file ``args.judge`` on ``problem`` as a generated one is judged; print the
+    verdict, the recomputed objective and every reason. Returns the exit status (0: success)."""
+    from ppoor.agents.executor import Executor
+    from ppoor.agents.memory import Memory
+    from ppoor.agents.problems import judged_instances, protection
+    from ppoor.agents.sandbox import Sandbox
+
+    try:
+        code = Path(args.judge).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        fail([f"--judge {args.judge}: cannot read it ({exc})"])
+    executor = Executor(None, None, Sandbox(args.sandbox_seconds, args.sandbox_memory_mb), None, Memory())
+    attempt = executor.evaluate(problem, code)
+    cases = judged_instances(problem)
+    verdict = "success" if attempt.success else "valid, too far from the reference" if attempt.valid else (
+        "wrong answer" if attempt.ran else "the program failed")
+    print(f"problem {problem['name']} ({', '.join(problem['families'])}); judged on {len(cases)} instances "
+          f"({protection(problem)})")
+    print(f"verdict: {verdict}")
+    if attempt.objective is not None:
+        reference = problem["reference"]
+        gap = "" if attempt.gap is None else f", gap {100 * attempt.gap:+.2f}%"
+        print(f"objective: {attempt.objective:g} (reference {reference['objective']:g}"
+              f"{', proven optimal' if reference.get('optimal') else ''}{gap})")
+    for line in attempt.violations:
+        print(f"violated: {line}")
+    print(attempt.feedback)
+    return 0 if attempt.success else 1
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = tyro.cli(Args, args=argv)
     problems_found = check_args(args, LIMITS)
-    needs_planner = [m for m in args.methods if m in NEED_PLANNER]
+    needs_planner = [m for m in args.methods if m in NEED_PLANNER and not args.judge]
+    if args.judge is not None:
+        if len(args.only) != 1:
+            problems_found.append("--judge needs the one problem to judge it on: --only NAME")
+        if not os.path.isfile(args.judge):
+            problems_found.append(f"--judge {args.judge} is not a file (give the path of a program defining solve)")
     if needs_planner and not args.planner:
         problems_found.append(f"--methods {' '.join(needs_planner)} need --planner (an rlea.py run folder)")
     fail(problems_found)
@@ -106,16 +148,29 @@ def main(argv: list[str] | None = None) -> None:
     from ppoor.agents.rag import Retriever
     from ppoor.agents.sandbox import Sandbox
 
+    folder = args.problems or shipped_problems()
+    split = args.split or ("all" if args.problems else "test")
     try:
-        problems = load_problems(args.problems or shipped_problems(), "all" if args.only else args.split)
-        q_net, ckpt = load_planner(args.planner) if args.planner else (None, None)
+        problems = load_problems(folder, "all")
+        q_net, ckpt = load_planner(args.planner) if args.planner and not args.judge else (None, None)
     except ValueError as exc:
         fail([str(exc)])
     if args.only:
         unknown = sorted(set(args.only) - {p["name"] for p in problems})
         if unknown:
-            fail([f"--only: no problem {', '.join(unknown)} in {args.problems or shipped_problems()}"])
-        problems = [p for p in problems if p["name"] in args.only]
+            fail([f"--only: no problem {', '.join(unknown)} in {folder}"])
+        kept = [p for p in problems if p["name"] in args.only]
+        print(f"--only: {len(kept)} of the {len(problems)} problems of {folder}", flush=True)
+    else:
+        kept = [p for p in problems if split in ("all", p["split"])]
+        if len(kept) < len(problems):
+            print(f"--split {split}: {len(kept)} of the {len(problems)} problems of {folder} "
+                  f"({len(problems) - len(kept)} of other splits left out)", flush=True)
+        if not kept:
+            fail([f"{folder} has no problem of split {split!r} (--split all runs every one)"])
+    problems = kept
+    if args.judge:
+        sys.exit(judge(args, problems[0]))
 
     random.seed(args.seed)
     np.random.seed(args.seed)

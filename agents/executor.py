@@ -1,11 +1,11 @@
 """The executor: prompts the action LLM, runs its program in the sandbox, checks the answers on
-the problem's instance and its probing instance, and turns the verdict into feedback and reward.
+the problem's instance and its probe (or renumbered copy), and turns the verdict into feedback and reward.
 
-Reward (the gap delta = |y - y*| / |y*| on the problem's instance):
+Reward (the signed gap delta = (y - y*) / |y*| on the problem's instance):
 
-    r = 1 / (1 + delta)   a valid answer on both instances: in (0, 1], 1 at the reference
-    r = -0.5              the program ran but an answer breaks a constraint or misreports its objective
-    r = -1                the program did not run, timed out, or returned nothing readable
+    r = 1 / (1 + max(0, delta))   every answer valid: in (0, 1], 1 at or below the reference
+    r = -0.5                      the program ran but an answer breaks a constraint or misreports its objective
+    r = -1                        the program did not run, timed out, or returned nothing readable
 
 1 / (1 + delta) is bounded, equals 1 at the optimum and falls smoothly with the gap (a gap of 5%
 gives 0.952), never reaching 0, so every valid program outranks every failure; a runtime error is
@@ -14,6 +14,7 @@ penalised more than a wrong answer because a program that runs is closer to a co
 
 from __future__ import annotations
 
+import sys
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -21,9 +22,10 @@ from pathlib import Path
 
 from ppoor.agents.llm import extract_code
 from ppoor.agents.memory import Memory, format_lessons, parse_lessons
+from ppoor.agents.problems import judged_instances
 from ppoor.agents.rag import Retriever, format_passages
 from ppoor.agents.sandbox import Sandbox
-from ppoor.agents.verify import SUCCESS_GAP, check_answer
+from ppoor.agents.verify import OBJECTIVE_TOLERANCE, SUCCESS_GAP, check_answer
 
 PROMPTS = Path(__file__).with_name("prompts.toml")
 REWARD_RUNTIME_ERROR = -1.0
@@ -37,12 +39,12 @@ def load_prompts(path: str | Path = PROMPTS) -> dict[str, str]:
 
 
 def reward(valid: bool, ran: bool, gap: float | None) -> float:
-    """The step reward of the module's docstring."""
+    """The step reward of the module's docstring (an answer below the reference earns 1, as at it)."""
     if not ran:
         return REWARD_RUNTIME_ERROR
     if not valid or gap is None:
         return REWARD_INVALID
-    return 1.0 / (1.0 + gap)
+    return 1.0 / (1.0 + max(0.0, gap))
 
 
 @dataclass
@@ -58,6 +60,10 @@ class Attempt:
     objective: float | None = None
     reward: float = REWARD_RUNTIME_ERROR
     feedback: str = ""
+    violations: list[str] = field(default_factory=list)
+    """every broken constraint, on each judged instance"""
+    alarm: str = ""
+    """set when a valid answer beats a proven optimum (a bug in the checker or the reference)"""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
@@ -72,14 +78,16 @@ class Usage:
     completion_tokens: int = 0
 
 
-def feedback_of(verdicts: list, references: list[float]) -> tuple[bool, float | None, str]:
-    """Validity, gap and the text fed back to the LLM for the answers on (instance, probe)."""
-    names = ("the problem's instance", "a second instance of the same problem")
-    lines, gaps = [], []
-    for name, verdict, ref in zip(names, verdicts, references, strict=True):
+def feedback_of(verdicts: list, cases: list[tuple[str, dict, dict]]) -> tuple[bool, float | None, str, str]:
+    """Validity, the signed gap on the problem's instance, the text fed back to the LLM and an alarm
+    (empty unless a valid answer beats a proven optimum: then the checker or the reference is wrong)
+    for the answers on the judged instances (``problems.judged_instances``)."""
+    lines, gaps, alarms = [], [], []
+    for (name, _, reference), verdict in zip(cases, verdicts, strict=True):
         if not verdict.valid:
             lines.append(f"On {name} the answer is wrong: " + "; ".join(verdict.violations[:4]))
             continue
+        ref = reference["objective"]
         gap = verdict.gap(ref)
         gaps.append(gap)
         if gap > SUCCESS_GAP:
@@ -87,9 +95,16 @@ def feedback_of(verdicts: list, references: list[float]) -> tuple[bool, float | 
                 f"On {name} the routes are valid but cost {verdict.objective:g}, {100 * gap:.1f}% above the best "
                 f"known {ref:g}: improve the model or the search."
             )
+        elif gap < -OBJECTIVE_TOLERANCE:
+            lines.append(f"On {name} the routes are valid and cost {verdict.objective:g}, {-100 * gap:.2f}% below "
+                         f"the best known {ref:g}.")
+            if reference.get("optimal"):
+                alarms.append(f"CHECKER ALARM: on {name} a valid answer ({verdict.objective:g}) beats the proven "
+                              f"optimum {ref:g}: the checker misses a constraint or the optimum is wrong")
     valid = all(v.valid for v in verdicts)
-    gap = gaps[0] if valid else None
-    return valid, gap, "\n".join(lines) or "Correct: every constraint holds and the cost is within 5% of the best known."
+    if valid and all(g <= SUCCESS_GAP for g in gaps):
+        lines.insert(0, "Correct: every constraint holds and the cost is at most 5% above the best known.")
+    return valid, gaps[0] if valid else None, "\n".join(lines), "\n".join(alarms)
 
 
 class Executor:
@@ -135,22 +150,26 @@ class Executor:
         return attempt
 
     def evaluate(self, problem: dict, code: str, action: str = "given") -> Attempt:
-        """Run ``code`` on the instance and the probing instance; check both."""
+        """Run ``code`` on every judged instance (the problem's, and its probe or its renumbered
+        copy) and check each answer; success needs every answer valid and at most 5% above its reference."""
         attempt = Attempt(action, code)
-        instances = [problem["instance"], problem["probe"]["instance"]]
-        result = self.sandbox.run(code, instances)
-        if result.answers is None or len(result.answers) != 2:
+        cases = judged_instances(problem)
+        result = self.sandbox.run(code, [instance for _, instance, _ in cases])
+        if result.answers is None or len(result.answers) != len(cases):
             attempt.feedback = "The program failed:\n" + (result.error or "no answer")
             return attempt
         attempt.ran = True
-        verdicts = [check_answer(inst, problem["families"], a["routes"], a["objective"])
-                    for inst, a in zip(instances, result.answers, strict=True)]
-        references = [problem["reference"]["objective"], problem["probe"]["reference"]["objective"]]
-        attempt.valid, attempt.gap, attempt.feedback = feedback_of(verdicts, references)
+        verdicts = [check_answer(instance, problem["families"], a["routes"], a["objective"])
+                    for (_, instance, _), a in zip(cases, result.answers, strict=True)]
+        attempt.valid, attempt.gap, attempt.feedback, attempt.alarm = feedback_of(verdicts, cases)
         attempt.objective = verdicts[0].objective
-        probe_gap = verdicts[1].gap(references[1]) if attempt.valid else None
-        attempt.success = attempt.valid and attempt.gap <= SUCCESS_GAP and probe_gap <= SUCCESS_GAP
+        attempt.violations = [f"{name}: {v}" for (name, _, _), verdict in zip(cases, verdicts, strict=True)
+                              for v in verdict.violations]
+        attempt.success = attempt.valid and all(
+            verdict.gap(reference["objective"]) <= SUCCESS_GAP for (_, _, reference), verdict in zip(cases, verdicts, strict=True))
         attempt.reward = reward(attempt.valid, attempt.ran, attempt.gap)
+        if attempt.alarm:
+            print(attempt.alarm, file=sys.stderr, flush=True)
         return attempt
 
     def distill(self, problem: dict, attempts: list[Attempt]) -> list[str]:

@@ -10,7 +10,9 @@ A problem is one JSON file (``data/rlea_problems/<name>.json``)::
     instance      plain values: distance [n][n] ints, depots, num_vehicles, vehicle_depots, and one key
                   or two per family (demand, capacity, time_windows, ...)
     reference     {"objective", "routes", "solver", "optimal"}: the best known answer
-    probe         {"instance", "reference"}: a second instance where each constraint binds
+    probe         optional {"instance", "reference"}: a second instance where each constraint binds;
+                  without one, programs are also judged on the instance with its customers renumbered
+                  (same optimum, other routes), so that a hard-coded answer cannot pass either way
 
 Every program defines ``solve(instance) -> (objective, routes)`` (SIGNATURE); the checker of
 ``agents/verify.py`` reads the same format. ``python -m ppoor.agents.problems --out DIR`` writes the
@@ -397,21 +399,141 @@ def load_problems(folder: str | os.PathLike, split: str = "all") -> list[dict]:
     return problems
 
 
+NODE_KEYS = ("demand", "volume", "service_time", "time_windows", "penalty")
+"""The instance keys that hold one value per node (renumbered with the nodes)."""
+FAMILY_KEYS = {
+    "capacity": {"demand": "ints", "capacity": "int"},
+    "resources": {"volume": "ints", "volume_capacity": "int"},
+    "distance_limit": {"max_route_distance": "int"},
+    "service_time": {"service_time": "ints"},
+    "time_windows": {"time_windows": "windows"},
+    "prize": {"penalty": "ints"},
+    "pickup_delivery": {"pickup_delivery_pairs": "pairs"},
+}
+"""The keys each family's instance must hold, and their kinds (ints: one int per node)."""
+
+
+def instance_error(instance, families: list[str]) -> str | None:
+    """What is wrong with ``instance`` for a problem of ``families`` (a key missing, mistyped or
+    missized), in one phrase naming the key, or None."""
+    if not isinstance(instance, dict):
+        return "the instance must be a JSON object"
+    d = instance.get("distance")
+    if not isinstance(d, list) or not d or any(not isinstance(r, list) or len(r) != len(d) for r in d):
+        return "instance['distance'] must be a square list of lists"
+    n = len(d)
+    if any(not is_int(v) or v < 0 for r in d for v in r):
+        return "instance['distance'] must hold non-negative integers"
+    depots, vehicles = instance.get("depots"), instance.get("num_vehicles")
+    if not is_int(vehicles) or vehicles < 1:
+        return "instance['num_vehicles'] must be a positive integer"
+    if not isinstance(depots, list) or not depots or any(not is_int(v) or not 0 <= v < n for v in depots):
+        return f"instance['depots'] must be a non-empty list of nodes 0..{n - 1}"
+    starts = instance.get("vehicle_depots")
+    if not isinstance(starts, list) or len(starts) != vehicles or any(v not in depots for v in starts):
+        return f"instance['vehicle_depots'] must list one depot of instance['depots'] per vehicle ({vehicles})"
+    needed = {key: (kind, family) for family in families for key, kind in FAMILY_KEYS.get(family, {}).items()}
+    if "service_time" in families and "time_windows" not in families:
+        needed["max_route_duration"] = ("int", "service_time")
+    for key, (kind, family) in needed.items():
+        value = instance.get(key)
+        if key not in instance:
+            return f"instance['{key}'] is missing (the {family} family needs it)"
+        if kind == "int" and (not is_int(value) or value < 0):
+            return f"instance['{key}'] must be a non-negative integer, got {value!r:.40}"
+        if kind != "int" and (not isinstance(value, list) or (kind != "pairs" and len(value) != n)):
+            return f"instance['{key}'] must be a list" + ("" if kind == "pairs" else f" of {n} values, one per node")
+        if kind == "ints" and any(not is_int(v) for v in value):
+            return f"instance['{key}'] must hold integers"
+        if kind == "windows" and any(not isinstance(w, list) or len(w) != 2 or not all(map(is_int, w)) or w[0] > w[1]
+                                     for w in value):
+            return f"instance['{key}'] must hold [earliest, latest] integer pairs with earliest <= latest"
+        if kind == "pairs" and any(not isinstance(pq, list) or len(pq) != 2 or not all(is_int(v) and 0 <= v < n and
+                                   v not in depots for v in pq) for pq in value):
+            return f"instance['{key}'] must hold [pickup, delivery] pairs of customer nodes"
+    return None
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def problem_error(problem, file) -> None:
-    """Raise ValueError when ``problem`` lacks a key of the format or has an unknown family."""
-    keys = ("name", "families", "split", "description", "instance", "reference", "probe")
+    """Raise ValueError, one line naming the file and the key, when ``problem`` lacks a key of the
+    format, has an unknown family, or an instance lacks (or mistypes, or missizes) a key its families need."""
+    keys = ("name", "families", "split", "description", "instance", "reference")
     if not isinstance(problem, dict) or any(k not in problem for k in keys):
-        raise ValueError(f"{file}: a problem needs the keys {', '.join(keys)}")
+        raise ValueError(f"{file}: a problem needs the keys {', '.join(keys)} (and optionally probe)")
+    if not isinstance(problem["families"], list):
+        raise ValueError(f"{file}: families must be a list of constraint families")
     unknown = set(problem["families"]) - set(FAMILIES) - {"tsp"}
     if unknown:
         raise ValueError(f"{file}: unknown constraint families {sorted(unknown)}; known: {', '.join(FAMILIES)}")
-    for inst in (problem["instance"], problem["probe"]["instance"]):
-        d = inst.get("distance")
-        if not isinstance(d, list) or not d or any(not isinstance(r, list) or len(r) != len(d) for r in d):
-            raise ValueError(f"{file}: instance['distance'] must be a square list of lists")
-    reference = problem["reference"].get("objective")
-    if not isinstance(reference, int | float) or not math.isfinite(reference) or reference <= 0:
-        raise ValueError(f"{file}: reference objective must be a positive number, got {reference!r}")
+    cases = [("instance", problem["instance"], problem["reference"])]
+    if problem.get("probe") is not None:
+        probe = problem["probe"]
+        if not isinstance(probe, dict) or "instance" not in probe or "reference" not in probe:
+            raise ValueError(f"{file}: probe must hold an instance and its reference")
+        cases.append(("probe", probe["instance"], probe["reference"]))
+    for where, inst, reference in cases:
+        error = instance_error(inst, problem["families"])
+        if error:
+            raise ValueError(f"{file}: {where}: {error}")
+        objective = reference.get("objective") if isinstance(reference, dict) else None
+        if not isinstance(objective, int | float) or not math.isfinite(objective) or objective <= 0:
+            raise ValueError(f"{file}: {where}'s reference objective must be a positive number, got {objective!r}")
+
+
+RENUMBER_TRIES = 64
+
+
+def relabelled(instance: dict, seed: int) -> tuple[dict, list[int]]:
+    """The instance with its customers renumbered by a random permutation (depots keep their
+    numbers): the same problem, the same optimum, other routes. Returns (instance, new number of
+    each old node)."""
+    n = len(instance["distance"])
+    depots = set(instance["depots"])
+    customers = [i for i in range(n) if i not in depots]
+    new = list(range(n))
+    for old, shuffled in zip(customers, np.random.default_rng(seed).permutation(customers).tolist(), strict=True):
+        new[old] = shuffled
+    old_of = [0] * n
+    for old, renumbered in enumerate(new):
+        old_of[renumbered] = old
+    out = dict(instance)
+    out["distance"] = [[instance["distance"][old_of[i]][old_of[j]] for j in range(n)] for i in range(n)]
+    for key in NODE_KEYS:
+        if key in instance:
+            out[key] = [instance[key][old_of[i]] for i in range(n)]
+    if "pickup_delivery_pairs" in instance:
+        out["pickup_delivery_pairs"] = [[new[p], new[q]] for p, q in instance["pickup_delivery_pairs"]]
+    return out, new
+
+
+def judged_instances(problem: dict) -> list[tuple[str, dict, dict]]:
+    """(what it is, instance, reference) for every instance a program is judged on: the problem's
+    own, then its probe, or, for a problem without one, the instance with its customers renumbered."""
+    cases = [("the problem's instance", problem["instance"], problem["reference"])]
+    if problem.get("probe") is not None:
+        cases.append(("a second instance of the same problem", problem["probe"]["instance"], problem["probe"]["reference"]))
+        return cases
+    reference, routes = dict(problem["reference"]), problem["reference"].get("routes")
+    seed, fams = zlib.crc32(problem["name"].encode()), problem["families"]
+    hard_coded = None if routes is None else check_answer(problem["instance"], fams, routes, 0).objective
+    for tries in range(RENUMBER_TRIES):  # a numbering on which the reference's own answer, hard-coded, fails
+        instance, new = relabelled(problem["instance"], seed + tries)
+        if hard_coded is None or not check_answer(instance, fams, routes, hard_coded).valid:
+            break
+    if routes is not None:
+        reference["routes"] = [[new[v] for v in route] for route in routes]
+    cases.append(("the same instance with its customers renumbered", instance, reference))
+    return cases
+
+
+def protection(problem: dict) -> str:
+    """What keeps a hard-coded answer from passing on ``problem``: its probing instance, or the
+    automatic renumbering of its customers."""
+    return "probe instance" if problem.get("probe") is not None else "customers renumbered"
 
 
 def shipped_problems() -> Path:

@@ -52,12 +52,35 @@ def held_karp(distance: list[list[int]]) -> tuple[int, list[int]]:
     return int(closing.min()), [0, *tour[::-1], 0]
 
 
+FIRST_SOLUTIONS = ("PATH_CHEAPEST_ARC", "PARALLEL_CHEAPEST_INSERTION", "LOCAL_CHEAPEST_INSERTION", "SAVINGS",
+                   "CHRISTOFIDES", "AUTOMATIC")
+"""OR-Tools' first-solution strategies, tried in turn until one finds a feasible solution."""
+DROP_PENALTY = 10**7
+"""The cost of leaving a customer out in the last fallback (visits made optional): larger than any route."""
+
+
 def ortools_routes(instance: dict, families: list[str], seconds: float) -> list[list[int]] | None:
     """OR-Tools' best routes for the problem within ``seconds`` (guided local search), one list
-    per vehicle (empty when unused), or None when it found no feasible solution."""
+    per vehicle (empty when unused), or None when it found no feasible solution. Where the first
+    strategy finds no solution, the others of FIRST_SOLUTIONS are tried, then the model with every
+    visit optional at a prohibitive penalty (its local search can reach a solution that visits
+    every customer from one that does not); each try gets ``seconds``."""
+    fams = set(families)
+    first = "PARALLEL_CHEAPEST_INSERTION" if fams & {"pickup_delivery", "time_windows"} else "PATH_CHEAPEST_ARC"
+    tries = [(first, False), *((s, False) for s in FIRST_SOLUTIONS if s != first), ("PATH_CHEAPEST_ARC", True)]
+    for strategy, optional in tries:
+        routes = solve_routing(instance, fams, seconds, strategy, optional)
+        if routes is not None:
+            return routes
+    return None
+
+
+def solve_routing(instance: dict, fams: set[str], seconds: float, strategy: str, optional: bool) -> list[list[int]] | None:
+    """One OR-Tools solve with the first-solution ``strategy``; ``optional``: every customer may be
+    left out at DROP_PENALTY (a solution that leaves one out is no solution, unless the problem
+    collects prizes, where its own penalties apply)."""
     from ortools.constraint_solver import pywrapcp, routing_enums_pb2
 
-    fams = set(families)
     d = instance["distance"]
     n, vehicles = len(d), instance["num_vehicles"]
     starts = instance["vehicle_depots"]
@@ -115,12 +138,11 @@ def ortools_routes(instance: dict, families: list[str], seconds: float) -> list[
             routing.AddPickupAndDelivery(pi, qi)
             solver.Add(routing.VehicleVar(pi) == routing.VehicleVar(qi))
             solver.Add(order.CumulVar(pi) <= order.CumulVar(qi))
-    if "prize" in fams:
+    if "prize" in fams or optional:
         for i in range(n):
             if i not in depots:
-                routing.AddDisjunction([manager.NodeToIndex(i)], instance["penalty"][i])
+                routing.AddDisjunction([manager.NodeToIndex(i)], instance["penalty"][i] if "prize" in fams else DROP_PENALTY)
     params = pywrapcp.DefaultRoutingSearchParameters()
-    strategy = "PARALLEL_CHEAPEST_INSERTION" if fams & {"pickup_delivery", "time_windows"} else "PATH_CHEAPEST_ARC"
     params.first_solution_strategy = getattr(routing_enums_pb2.FirstSolutionStrategy, strategy)
     params.local_search_metaheuristic = routing_enums_pb2.LocalSearchMetaheuristic.GUIDED_LOCAL_SEARCH
     params.time_limit.FromMilliseconds(max(1, int(seconds * 1000)))
@@ -137,4 +159,7 @@ def ortools_routes(instance: dict, families: list[str], seconds: float) -> list[
             routes.append([])
         else:
             routes.append(route + [starts[v]] if closed else route)
+    visited = {v for route in routes for v in route}
+    if optional and "prize" not in fams and any(i not in visited for i in range(n) if i not in depots):
+        return None
     return routes

@@ -29,10 +29,11 @@ class Verdict:
     violations: list[str] = field(default_factory=list)
 
     def gap(self, reference: float) -> float | None:
-        """The relative optimality gap |y - y*| / |y*| of a valid answer, else None."""
+        """The signed relative gap (y - y*) / |y*| of a valid answer to the reference y* (negative
+        when the answer beats it), else None."""
         if not self.valid or self.objective is None:
             return None
-        return abs(self.objective - reference) / abs(reference)
+        return (self.objective - reference) / abs(reference)
 
 
 def route_distance(distance: list[list[int]], route: list[int]) -> int:
@@ -134,17 +135,19 @@ def route_constraints(
     """The violations of vehicle k's ``route`` (depot first; the depot last when closed), whose
     customers are ``inner``, of ``length``."""
     problems = []
+    if "pickup_delivery" in fams:  # precedence holds with or without a capacity
+        position = {v: i for i, v in enumerate(inner)}
+        for p, q in instance["pickup_delivery_pairs"]:
+            if p in position and q in position and position[p] > position[q]:
+                problems.append(f"route {k}: delivery {q} comes before its pickup {p}")
     if "capacity" in fams:
         if "pickup_delivery" in fams:
-            load, position = 0, {v: i for i, v in enumerate(inner)}
+            load = 0
             for v in inner:
                 load += instance["demand"][v]
                 if not 0 <= load <= instance["capacity"]:
                     problems.append(f"route {k}: load {load} after node {v} is outside 0..{instance['capacity']}")
                     break
-            for p, q in instance["pickup_delivery_pairs"]:
-                if p in position and q in position and position[p] > position[q]:
-                    problems.append(f"route {k}: delivery {q} comes before its pickup {p}")
         else:
             load = sum(instance["demand"][v] for v in inner)
             if load > instance["capacity"]:

@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ppoor.agents.episodes import rollout, summarize
-from ppoor.agents.executor import REWARD_INVALID, REWARD_RUNTIME_ERROR, Executor, reward
+from ppoor.agents.executor import REWARD_INVALID, REWARD_RUNTIME_ERROR, Executor, feedback_of, reward
 from ppoor.agents.llm import HashingEmbedder, ReplayChat, extract_code
 from ppoor.agents.memory import Memory, parse_lessons
 from ppoor.agents.planner import (
@@ -28,9 +28,18 @@ from ppoor.agents.planner import (
     soft_target,
     soft_value,
 )
-from ppoor.agents.problems import FAMILIES, VARIANTS, load_problems, relax, shipped_problems
+from ppoor.agents.problems import (
+    FAMILIES,
+    FAMILY_KEYS,
+    VARIANTS,
+    judged_instances,
+    load_problems,
+    relabelled,
+    relax,
+    shipped_problems,
+)
 from ppoor.agents.rag import Retriever, tokens
-from ppoor.agents.reference import held_karp, ortools_routes
+from ppoor.agents.reference import FIRST_SOLUTIONS, held_karp, ortools_routes, solve_routing
 from ppoor.agents.sandbox import Sandbox
 from ppoor.agents.verify import check_answer
 
@@ -63,6 +72,19 @@ def test_every_reference_passes_the_checker(name):
     for key in problem["instance"]:  # the description names every piece of data
         if key not in ("distance", "depots", "vehicle_depots", "num_vehicles") or key == "distance":
             assert f"instance['{key}']" in problem["description"], key
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.sampled_from(sorted(PROBLEMS)), st.sampled_from([*((s, False) for s in FIRST_SOLUTIONS), ("SAVINGS", True)]))
+def test_every_fallback_of_the_reference_solver_gives_valid_routes(name, strategy):
+    """Issue 32: where the first strategy finds nothing the reference solver tries the others, then
+    every visit optional at a prohibitive penalty; each of them alone gives routes the checker
+    accepts (or none), never a solution that leaves a customer out of a problem without prizes."""
+    problem = PROBLEMS[name]
+    routes = solve_routing(problem["instance"], set(problem["families"]), 0.05, *strategy)
+    if routes is not None:
+        verdict = check_answer(problem["instance"], problem["families"], routes, 0)
+        assert not [v for v in verdict.violations if not v.startswith("the reported")], verdict.violations
 
 
 def test_held_karp_is_optimal_against_brute_force():
@@ -138,6 +160,8 @@ def test_a_valid_answer_passes_and_the_objective_is_recomputed():
          [[0, 2, 1, 0], [0, 3, 4, 0]], "comes before its pickup"),
         (["capacity", "pickup_delivery"], {"demand": [0, 2, -2, 3, -3], "capacity": 5, "pickup_delivery_pairs": [[1, 2], [3, 4]]},
          [[0, 1, 4, 0], [0, 3, 2, 0]], "not on the same route"),
+        (["pickup_delivery"], {"pickup_delivery_pairs": [[1, 2], [3, 4]]}, [[0, 2, 1, 0], [0, 4, 3, 0]],
+         "comes before its pickup"),  # precedence without a capacity (issue 32: judged correct before)
         (["capacity", "pickup_delivery"], {"demand": [0, 4, -4, 3, -3], "capacity": 5, "pickup_delivery_pairs": [[1, 2], [3, 4]]},
          [[0, 1, 3, 2, 4, 0], []], "outside 0..5"),
         ([], {}, [[0, 1, 2, 0], [0, 3, 0]], "never visited"),
@@ -189,6 +213,99 @@ def test_a_random_permutation_is_valid_exactly_when_the_loads_fit(seed, n):
     assert verdict.valid == fits
     length = sum(abs(a - b) for r in routes for a, b in itertools.pairwise(r))
     assert verdict.objective == length
+
+
+def problem_on(instance, families, reference, optimal=False, name="line-problem", probe=None):
+    """A problem of the format around ``instance`` (no probe unless given)."""
+    problem = {"name": name, "families": families, "split": "test", "description": "", "signature": "",
+               "instance": instance, "reference": {"objective": reference, "optimal": optimal}}
+    if probe is not None:
+        problem["probe"] = probe
+    return problem
+
+
+def test_success_is_one_sided_and_a_beaten_optimum_raises_the_alarm():
+    """Issue 32: an answer 26% below a reference that is not optimal failed as '26.1% above'."""
+    inst = line()
+    verdict = violations(inst, [], [[0, 1, 2, 0], [0, 4, 3, 0]])  # objective 12
+    for reference, success, word in ((12 / 0.74, True, "below"), (12 / 1.049, True, None), (12 / 1.051, False, "above"),
+                                     (12, True, None)):
+        cases = judged_instances(problem_on(inst, [], reference))[:1]
+        valid, gap, feedback, alarm = feedback_of([verdict], cases)
+        assert valid and math.isclose(gap, 12 / reference - 1) and not alarm
+        assert feedback.startswith("Correct") == success, feedback
+        assert word is None or f"% {word} the best known" in feedback, feedback
+    cases = judged_instances(problem_on(inst, [], 13, optimal=True))[:1]
+    assert "CHECKER ALARM" in feedback_of([verdict], cases)[3]
+    assert reward(True, True, -0.26) == reward(True, True, 0.0) == 1.0
+
+
+NEAREST_FIRST = """
+def solve(instance):
+    d = instance["distance"]
+    order = sorted(range(1, len(d)), key=lambda i: d[0][i])
+    route = [0, *order, 0]
+    return sum(d[a][b] for a, b in zip(route, route[1:])), [route, []]
+"""
+HARD_CODED = """
+def solve(instance):
+    return 8, [[0, 1, 2, 3, 4, 0], []]
+"""
+
+
+def test_without_a_probe_a_renumbered_copy_catches_a_hard_coded_answer(sandbox):
+    """Issue 32: the probe is optional; without one the program is also judged on the instance with
+    its customers renumbered, where an answer written for the original numbers fails."""
+    problem = problem_on(line(), [], 8.0 * 1.3)  # a reference 30% above the optimum 8: both answers 'beat' it
+    problem["reference"]["routes"] = [[0, 1, 2, 3, 4, 0], []]
+    executor = Executor(None, None, sandbox, None, Memory())
+    right, hard = executor.evaluate(problem, NEAREST_FIRST), executor.evaluate(problem, HARD_CODED)
+    assert right.success and right.gap < -0.2 and "below the best known" in right.feedback, right.feedback
+    assert right.ran and hard.ran and not hard.success and not hard.valid
+    assert any("renumbered" in v and "disagrees" in v for v in hard.violations), hard.violations
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(sorted(PROBLEMS)), st.integers(0, 2**31))
+def test_a_renumbered_instance_keeps_the_reference(name, seed):
+    """The reference routes, renumbered, are valid on the renumbered instance at the same objective."""
+    problem = PROBLEMS[name]
+    instance, new = relabelled(problem["instance"], seed)
+    routes = [[new[v] for v in route] for route in problem["reference"]["routes"]]
+    verdict = check_answer(instance, problem["families"], routes, problem["reference"]["objective"])
+    assert verdict.valid and verdict.objective == problem["reference"]["objective"], verdict.violations
+    assert sorted(new) == list(range(len(new))) and all(new[d] == d for d in problem["instance"]["depots"])
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(sorted(PROBLEMS)), st.data())
+def test_a_missing_or_mistyped_family_key_fails_at_load_time(tmp_path_factory, name, data):
+    """Issue 32: a service-time problem without max_route_duration loaded, then failed at judging
+    with KeyError; each family's keys are checked when the file is read, one line naming file and key."""
+    problem = json.loads(json.dumps(PROBLEMS[name]))
+    keys = [k for f in problem["families"] for k in FAMILY_KEYS.get(f, {})]
+    if "service_time" in problem["families"] and "time_windows" not in problem["families"]:
+        keys.append("max_route_duration")
+    keys += ["depots", "vehicle_depots", "num_vehicles"]
+    key = data.draw(st.sampled_from(keys))
+    how = data.draw(st.sampled_from(["drop", "string", "short"]))
+    where = data.draw(st.sampled_from(["instance", "probe"]))
+    instance = problem[where] if where == "instance" else problem["probe"]["instance"]
+    if how == "drop":
+        del instance[key]
+    elif how == "string":
+        instance[key] = "12"
+    elif isinstance(instance[key], list):
+        instance[key] = instance[key][:-1] if key != "vehicle_depots" or len(instance[key]) > 1 else []
+    else:
+        instance[key] = -1
+    folder = tmp_path_factory.mktemp("problems")
+    (folder / f"{name}.json").write_text(json.dumps(problem))
+    if key == "pickup_delivery_pairs" and how == "short":
+        load_problems(folder)  # one pair fewer is still a problem
+        return
+    with pytest.raises(ValueError, match=rf"{name}\.json: {where}: instance\['{key}'\]"):
+        load_problems(folder)
 
 
 # --- the sandbox ---------------------------------------------------------------------------------
@@ -418,6 +535,43 @@ def script(*args, timeout=600):
 def test_bad_arguments_fail_with_one_line(args, message):
     out = script(*args, timeout=120)
     assert out.returncode != 0 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def folder_of(tmp_path, *problems):
+    tmp_path.mkdir(exist_ok=True)
+    for problem in problems:
+        (tmp_path / f"{problem['name']}.json").write_text(json.dumps(problem))
+    return tmp_path
+
+
+def test_a_program_of_ones_own_is_judged_without_an_llm(tmp_path):
+    """eval_rlea.py --judge: the verdict, the objective and every reason; exit 0 on success, 1 otherwise."""
+    problem = problem_on(line(), [], 8.0, optimal=True, name="line-train")
+    problem["reference"]["routes"] = [[0, 1, 2, 3, 4, 0], []]  # the renumbering is one on which these fail
+    folder = folder_of(tmp_path / "problems", problem)
+    (tmp_path / "right.py").write_text(NEAREST_FIRST)
+    (tmp_path / "hard.py").write_text(HARD_CODED)
+    right = script("eval_rlea.py", "--problems", str(folder), "--only", "line-train", "--judge", str(tmp_path / "right.py"))
+    assert right.returncode == 0 and "verdict: success" in right.stdout, right.stdout + right.stderr
+    assert "objective: 8 (reference 8, proven optimal, gap +0.00%)" in right.stdout and "customers renumbered" in right.stdout
+    hard = script("eval_rlea.py", "--problems", str(folder), "--only", "line-train", "--judge", str(tmp_path / "hard.py"))
+    assert hard.returncode == 1 and "verdict: wrong answer" in hard.stdout and "violated: the same instance with its " \
+        "customers renumbered: the reported objective 8 disagrees" in hard.stdout, hard.stdout + hard.stderr
+    missing = script("eval_rlea.py", "--problems", str(folder), "--judge", str(tmp_path / "right.py"))
+    assert missing.returncode != 0 and "--judge needs the one problem" in missing.stderr
+
+
+def test_a_folder_of_ones_own_is_evaluated_whole_unless_split_is_given(tmp_path):
+    """Issue 32: --problems DIR kept only the default --split test, dropping a user's train problems
+    without a word."""
+    folder = folder_of(tmp_path, problem_on(line(), [], 8.0, name="mine-a"),
+                       {**problem_on(line(), [], 8.0, name="mine-b"), "split": "train"})
+    endpoint = ["--methods", "standard", "--llm-backend", "openai", "--llm-base-url", "http://127.0.0.1:9/v1",
+                "--llm-model", "m", "--output", str(tmp_path / "out.json")]
+    whole = script("eval_rlea.py", "--problems", str(folder), *endpoint, timeout=120)
+    assert "2 problems x 1 methods" in whole.stdout and "left out" not in whole.stdout, whole.stdout + whole.stderr
+    split = script("eval_rlea.py", "--problems", str(folder), "--split", "test", *endpoint, timeout=120)
+    assert "--split test: 1 of the 2 problems" in split.stdout and "1 problems x 1 methods" in split.stdout, split.stdout
 
 
 @pytest.mark.skipif(not HAS_LOCAL_MODEL, reason="the local model (requirements-rlea.txt) is not installed")
