@@ -236,19 +236,19 @@ def describe(families: list[str], instance: dict) -> str:
     if "capacity" in fams and "pickup_delivery" not in fams:
         lines.append(
             "Capacity: customer i needs instance['demand'][i] units of goods; the goods delivered on one route "
-            "must not exceed instance['capacity'] units."
+            f"must not exceed {fleet_text(instance, 'capacity')} units."
         )
     if "pickup_delivery" in fams:
         lines.append(
             "Pickup and delivery: each pair [p, d] of instance['pickup_delivery_pairs'] is a load picked up at "
             "node p and delivered to node d by the same vehicle, p before d. instance['demand'][p] > 0 is the load "
             "picked up, instance['demand'][d] = -instance['demand'][p]; vehicles leave the depot empty and the load "
-            "on board must never exceed instance['capacity'] units."
+            f"on board must never exceed {fleet_text(instance, 'capacity')} units."
         )
     if "resources" in fams:
         lines.append(
             "Second resource: customer i's goods also take instance['volume'][i] litres of space; the volume on one "
-            "route must not exceed instance['volume_capacity'] litres."
+            f"route must not exceed {fleet_text(instance, 'volume_capacity')} litres."
         )
     if "distance_limit" in fams:
         lines.append(
@@ -276,6 +276,13 @@ def describe(families: list[str], instance: dict) -> str:
         "its depot" + ("" if "open" in fams else " and ending at that depot") + " ([] for an unused vehicle)."
     )
     return " ".join(lines)
+
+
+def fleet_text(instance: dict, key: str) -> str:
+    """How the description names a fleet-wide or per-vehicle limit."""
+    if isinstance(instance[key], list):
+        return f"its vehicle's own limit, instance['{key}'][k] for vehicle k,"
+    return f"instance['{key}']"
 
 
 def relax(families: list[str], instance: dict, family: str) -> tuple[list[str], dict]:
@@ -402,15 +409,18 @@ def load_problems(folder: str | os.PathLike, split: str = "all") -> list[dict]:
 NODE_KEYS = ("demand", "volume", "service_time", "time_windows", "penalty")
 """The instance keys that hold one value per node (renumbered with the nodes)."""
 FAMILY_KEYS = {
-    "capacity": {"demand": "ints", "capacity": "int"},
-    "resources": {"volume": "ints", "volume_capacity": "int"},
+    "capacity": {"demand": "ints", "capacity": "fleet"},
+    "resources": {"volume": "ints", "volume_capacity": "fleet"},
     "distance_limit": {"max_route_distance": "int"},
     "service_time": {"service_time": "ints"},
     "time_windows": {"time_windows": "windows"},
     "prize": {"penalty": "ints"},
     "pickup_delivery": {"pickup_delivery_pairs": "pairs"},
 }
-"""The keys each family's instance must hold, and their kinds (ints: one int per node)."""
+"""The keys each family's instance must hold, and their kinds (ints: one int per node; fleet: one
+int for every vehicle, or a list of one per vehicle)."""
+ZERO_AT_DEPOTS = ("demand", "volume")
+"""Per-node keys a depot must hold 0 in (a depot's demand is refused, never silently ignored)."""
 
 
 def instance_error(instance, families: list[str]) -> str | None:
@@ -439,9 +449,13 @@ def instance_error(instance, families: list[str]) -> str | None:
         value = instance.get(key)
         if key not in instance:
             return f"instance['{key}'] is missing (the {family} family needs it)"
-        if kind == "int" and (not is_int(value) or value < 0):
+        if kind == "fleet" and isinstance(value, list):
+            if len(value) != vehicles or any(not is_int(v) or v < 0 for v in value):
+                return f"instance['{key}'] must be one non-negative integer, or a list of one per vehicle ({vehicles})"
+            continue
+        if kind in ("int", "fleet") and (not is_int(value) or value < 0):
             return f"instance['{key}'] must be a non-negative integer, got {value!r:.40}"
-        if kind != "int" and (not isinstance(value, list) or (kind != "pairs" and len(value) != n)):
+        if kind not in ("int", "fleet") and (not isinstance(value, list) or (kind != "pairs" and len(value) != n)):
             return f"instance['{key}'] must be a list" + ("" if kind == "pairs" else f" of {n} values, one per node")
         if kind == "ints" and any(not is_int(v) for v in value):
             return f"instance['{key}'] must hold integers"
@@ -451,6 +465,10 @@ def instance_error(instance, families: list[str]) -> str | None:
         if kind == "pairs" and any(not isinstance(pq, list) or len(pq) != 2 or not all(is_int(v) and 0 <= v < n and
                                    v not in depots for v in pq) for pq in value):
             return f"instance['{key}'] must hold [pickup, delivery] pairs of customer nodes"
+        if key in ZERO_AT_DEPOTS and any(value[d] != 0 for d in depots):
+            depot = next(d for d in depots if value[d] != 0)
+            return (f"instance['{key}'][{depot}] is {value[depot]} at depot {depot}: a depot has no {key} "
+                    "(give it to a customer node)")
     return None
 
 

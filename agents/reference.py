@@ -59,6 +59,11 @@ DROP_PENALTY = 10**7
 """The cost of leaving a customer out in the last fallback (visits made optional): larger than any route."""
 
 
+def per_vehicle(value: int | list[int], vehicles: int) -> list[int]:
+    """A fleet-wide number (one for every vehicle) or a per-vehicle list, as a list per vehicle."""
+    return list(value) if isinstance(value, list) else [value] * vehicles
+
+
 def ortools_routes(instance: dict, families: list[str], seconds: float) -> list[list[int]] | None:
     """OR-Tools' best routes for the problem within ``seconds`` (guided local search), one list
     per vehicle (empty when unused), or None when it found no feasible solution. Where the first
@@ -102,11 +107,11 @@ def solve_routing(instance: dict, fams: set[str], seconds: float, strategy: str,
     if "capacity" in fams:
         # cumuls lie in 0..capacity: with pickups (+q) and deliveries (-q) the load never goes negative
         routing.AddDimensionWithVehicleCapacity(
-            node_callback(instance["demand"]), 0, [instance["capacity"]] * vehicles, True, "load"
+            node_callback(instance["demand"]), 0, per_vehicle(instance["capacity"], vehicles), True, "load"
         )
     if "resources" in fams:
         routing.AddDimensionWithVehicleCapacity(
-            node_callback(instance["volume"]), 0, [instance["volume_capacity"]] * vehicles, True, "volume"
+            node_callback(instance["volume"]), 0, per_vehicle(instance["volume_capacity"], vehicles), True, "volume"
         )
     limit = instance["max_route_distance"] if "distance_limit" in fams else sum(map(sum, d))
     routing.AddDimension(distance_cb, 0, limit, True, "distance")

@@ -141,26 +141,32 @@ def route_constraints(
             if p in position and q in position and position[p] > position[q]:
                 problems.append(f"route {k}: delivery {q} comes before its pickup {p}")
     if "capacity" in fams:
+        capacity = vehicle_value(instance["capacity"], k)
         if "pickup_delivery" in fams:
             load = 0
             for v in inner:
                 load += instance["demand"][v]
-                if not 0 <= load <= instance["capacity"]:
-                    problems.append(f"route {k}: load {load} after node {v} is outside 0..{instance['capacity']}")
+                if not 0 <= load <= capacity:
+                    problems.append(f"route {k}: load {load} after node {v} is outside 0..{capacity}")
                     break
         else:
             load = sum(instance["demand"][v] for v in inner)
-            if load > instance["capacity"]:
-                problems.append(f"route {k}: load {load} exceeds the capacity {instance['capacity']}")
+            if load > capacity:
+                problems.append(f"route {k}: load {load} exceeds the capacity {capacity}")
     if "resources" in fams:
-        volume = sum(instance["volume"][v] for v in inner)
-        if volume > instance["volume_capacity"]:
-            problems.append(f"route {k}: volume {volume} exceeds the volume capacity {instance['volume_capacity']}")
+        volume, capacity = sum(instance["volume"][v] for v in inner), vehicle_value(instance["volume_capacity"], k)
+        if volume > capacity:
+            problems.append(f"route {k}: volume {volume} exceeds the volume capacity {capacity}")
     if "distance_limit" in fams and length > instance["max_route_distance"]:
         problems.append(f"route {k}: distance {length} exceeds the limit {instance['max_route_distance']}")
     if "time_windows" in fams or "service_time" in fams:
         problems += schedule_problems(instance, fams, k, route)
     return problems
+
+
+def vehicle_value(value, k: int):
+    """Vehicle k's value of a fleet-wide (one number) or per-vehicle (one per vehicle) key."""
+    return value[k] if isinstance(value, list) else value
 
 
 def schedule_problems(instance: dict, fams: set[str], k: int, route: list[int]) -> list[str]:

@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -178,6 +179,25 @@ def test_the_checker_rejects_each_broken_constraint(families, extra, routes, exp
         assert verdict.valid, verdict.violations
     else:
         assert not verdict.valid and any(expected in v for v in verdict.violations), verdict.violations
+
+
+def test_per_vehicle_capacities_and_no_demand_at_a_depot(tmp_path):
+    """Issue 32: capacities may differ per vehicle (checker, reference, description); a depot's
+    demand is refused at load time, never silently ignored."""
+    inst = line(5, demand=[0, 3, 3, 3, 3], capacity=[9, 3])
+    assert check_answer(inst, ["capacity"], [[0, 1, 2, 3, 0], [0, 4, 0]], 14).valid
+    swapped = check_answer(inst, ["capacity"], [[0, 4, 0], [0, 1, 2, 3, 0]], 14)
+    assert not swapped.valid and "route 1: load 9 exceeds the capacity 3" in swapped.violations
+    routes = ortools_routes(inst, ["capacity"], 0.2)
+    assert check_answer(inst, ["capacity"], routes, check_answer(inst, ["capacity"], routes, 0).objective).valid
+    problem = problem_on(inst, ["capacity"], 12.0, name="fleet")
+    folder = folder_of(tmp_path / "ok", problem)
+    assert load_problems(folder)[0]["instance"]["capacity"] == [9, 3]
+    for bad, message in (({"capacity": [9]}, "a list of one per vehicle (2)"),
+                         ({"demand": [2, 3, 3, 3, 3]}, "instance['demand'][0] is 2 at depot 0")):
+        folder = folder_of(tmp_path / message[:8].replace(" ", ""), problem_on({**inst, **bad}, ["capacity"], 12.0))
+        with pytest.raises(ValueError, match=re.escape(message)):
+            load_problems(folder)
 
 
 def test_multiple_depots_and_prizes():
