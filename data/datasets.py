@@ -114,9 +114,9 @@ def load_data(
             groups = load_folder(path, problem)
             if references is None and (path / "best_known.csv").is_file():
                 references = str(path / "best_known.csv")
-        elif path.suffix == ".npz":
+        elif path.suffix.lower() == ".npz":
             groups = [load_npz(path, problem)]
-        elif path.suffix in FILE_SUFFIXES:
+        elif path.suffix.lower() in FILE_SUFFIXES:
             groups = group_by_size([load_routing_file(path, problem)])
         else:
             raise DataError(
@@ -294,10 +294,10 @@ def unit_square(points: np.ndarray) -> tuple[np.ndarray, float]:
 def file_problem(path: Path, problem: str) -> None:
     """Refuses a file the model does not solve: a .tsp for a TSP model, a .vrp for a CVRP model or a
     multi-task VRP model (as its cvrp variant), a Solomon .txt for a VRP model."""
-    readers = {".tsp": ("tsp",), ".vrp": ("cvrp", "mtvrp"), ".txt": ("mtvrp",)}[path.suffix]
+    readers = {".tsp": ("tsp",), ".vrp": ("cvrp", "mtvrp"), ".txt": ("mtvrp",)}[path.suffix.lower()]
     if problem not in readers:
         kind = {".tsp": "a TSP file", ".vrp": "a CVRP file", ".txt": "a .txt file is read as a Solomon VRPTW instance"}
-        raise DataError(f"{path}: {kind[path.suffix]}, but the model solves {problem.upper()}")
+        raise DataError(f"{path}: {kind[path.suffix.lower()]}, but the model solves {problem.upper()}")
 
 
 def model_coordinates(points: np.ndarray, rounding: str) -> np.ndarray:
@@ -318,7 +318,7 @@ def load_routing_file(path: Path, problem: str) -> Dataset:
     import vrplib
 
     file_problem(path, problem)
-    if path.suffix == ".txt":
+    if path.suffix.lower() == ".txt":
         return load_solomon(path)
     try:
         raw = vrplib.read_instance(path, compute_edge_weights=False)
@@ -340,7 +340,7 @@ def load_routing_file(path: Path, problem: str) -> Dataset:
     if "dimension" in raw and int(raw["dimension"]) != len(points):
         raise DataError(f"{path}: DIMENSION is {raw['dimension']} but NODE_COORD_SECTION lists {len(points)} nodes")
     unit = model_coordinates(points, rounding)
-    if path.suffix == ".tsp":
+    if path.suffix.lower() == ".tsp":
         instances = {"coords": unit[None]}
     else:
         missing = [key.upper() for key in ("capacity", "depot", "demand") if key not in raw]
@@ -457,7 +457,7 @@ def load_folder(folder: Path, problem: str) -> list[Dataset]:
     VRP models). A file that cannot be read is skipped with a line naming it and why, and the rest
     are evaluated; a folder in which no file can be read is an error."""
     suffixes = {"tsp": (".tsp",), "cvrp": (".vrp",), "mtvrp": (".txt", ".vrp")}[problem]
-    files = sorted(f for f in folder.iterdir() if f.suffix in suffixes and f.is_file())
+    files = sorted(f for f in folder.iterdir() if f.suffix.lower() in suffixes and f.is_file())
     if not files:
         kind = {"tsp": "TSP", "cvrp": "CVRP", "mtvrp": "VRP (Solomon or CVRPLIB)"}[problem]
         raise DataError(f"{folder}: no {' / '.join(suffixes)} files for a {kind} model")
@@ -597,10 +597,10 @@ def apply_references(groups: list[Dataset], path: Path) -> None:
     best_known_cost / reference, else the last (one header row)."""
     if not path.is_file():
         raise DataError(f"--references {path}: no such file")
-    if path.suffix == ".npz":
+    if path.suffix.lower() == ".npz":
         solution_references(groups, path)
         return
-    if path.suffix == ".npy":
+    if path.suffix.lower() == ".npy":
         try:
             values = np.load(path, allow_pickle=False).astype(np.float64)
         except (ValueError, OSError, EOFError) as exc:

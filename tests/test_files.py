@@ -91,6 +91,17 @@ def test_every_tsplib_coordinate_type_is_evaluated_in_its_own_units(tmp_path):
     assert result["lengths"][3] >= 6859
 
 
+def test_a_file_named_in_upper_case_is_read(tmp_path):
+    """Issue 33: `--data ATT12.TSP` was refused ("expected an .npz, .tsp, ..."): extensions are
+    case-insensitive, for a file and in a folder."""
+    planar = np.random.default_rng(3).integers(0, 1000, (12, 2))
+    tsplib(tmp_path / "ATT12.TSP", planar, "ATT")
+    result = run(tmp_path, "--checkpoint", "tsp20", "--data", str(tmp_path / "ATT12.TSP"))
+    assert result["lengths"][0] == tour_length(planar.astype(float), np.array(result["tours"][0]), closed=True,
+                                               rounding="att")
+    assert run(tmp_path, "--checkpoint", "tsp20", "--data", str(tmp_path))["names"] == ["ATT12"]
+
+
 def test_a_folder_reports_what_it_skipped(tmp_path, capsys):
     folder = tmp_path / "mixed"
     folder.mkdir()
