@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from ppoor.data.references import kool_references
-from ppoor.envs import ENV_IDS, ENV_VARIANTS, standard_dataset, start_count
+from ppoor.envs import ENV_IDS, ENV_VARIANTS, EnvSizes, env_sizes, standard_dataset
 from ppoor.envs.instances import KOOL_SET_SIZE
 from ppoor.envs.vrp import TEST_SET_SIZE
 from ppoor.models import (
@@ -219,21 +219,21 @@ def parse_args(argv: list[str] | None = None) -> tuple[Args, set[str]]:
     return parse_with_presets(Args, PRESETS, "ppo-or", sys.argv[1:] if argv is None else argv)
 
 
-def multi_starts(args: Args) -> int:
-    """The distinct first actions of the env at this size (every TSP node, every customer, every
-    pickup: ``envs.start_count``; ``num_nodes`` itself below 2, which ``check_args`` refuses). Exits
-    with one line when the env cannot take the size (an odd pickup-and-delivery size)."""
+def env_size(args: Args) -> EnvSizes:
+    """The sizes of --env-id at --num-nodes, read off one instance of the registered env (its variant
+    and depots included: ``envs.env_sizes``); a size below 2, which ``check_args`` refuses, is not
+    probed. Exits with one line when the env cannot take the size (an odd pickup-and-delivery size)."""
     if args.num_nodes < 2:
-        return args.num_nodes
+        return EnvSizes(args.num_nodes, args.num_nodes + 1, args.num_nodes + 1)
     try:
-        return start_count(ENV_IDS[args.env_id], args.num_nodes)
+        return env_sizes(args.env_id, args.num_nodes)
     except ValueError as exc:
         sys.exit(f"error: --env-id {args.env_id} --num-nodes {args.num_nodes}: {exc}")
 
 
 def with_defaults(args: Args, starts: int) -> Args:
     """Fills the settings whose default depends on others: N is one trajectory per start node
-    (``starts``, from ``multi_starts``) with --multi-start, else 50."""
+    (``starts``, from ``env_size``) with --multi-start, else 50."""
     if args.n_traj is None:
         if not args.multi_start or args.num_nodes < 2:  # (a size below 2 is refused by check_args)
             return replace(args, n_traj=50)
@@ -261,7 +261,7 @@ LIMITS = {
 
 def check_args(args: Args, starts: int) -> None:
     """Rejects impossible settings before anything starts; the message names the argument.
-    ``starts``: the env's distinct first actions (``multi_starts``)."""
+    ``starts``: the env's distinct first actions (``env_size``)."""
     problems = check_numbers(args, LIMITS)
     if problem := exp_name_problem(args.exp_name):
         problems.append(problem)
@@ -563,9 +563,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
             sys.exit(f"error: --resume: {args.resume} is a ppo_flatland.py checkpoint; resume it with ppo_flatland.py")
         if "minibatch_size" not in ckpt["args"]:  # written when minibatches were counted: the same split
             args = replace(args, minibatch_size=args.num_envs // ckpt["args"].get("num_minibatches", 8))
-    starts = multi_starts(args)
-    args = with_defaults(args, starts)
-    check_args(args, starts)
+    sizes = env_size(args)
+    args = with_defaults(args, sizes.starts)
+    check_args(args, sizes.starts)
     if args.track and (problem := wandb_problem()):
         sys.exit(f"error: --track: {problem}")
     problem = ENV_IDS[args.env_id]
@@ -581,9 +581,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
     if world_size > 1 and not args.encoder_cache:
         sys.exit("error: --no-encoder-cache is a single-process benchmark baseline; it cannot run data-parallel")
     is_main = rank == 0
-    steps_bound = args.num_steps or (args.num_nodes + 1 if problem == "tsp" else 2 * args.num_nodes)
-    chunk = chunk_rows(args, args.num_nodes + 1, steps_bound, device)
-    if too_big := memory_problem(training_memory(args, args.num_nodes + 1, steps_bound, chunk), device, "this run"):
+    steps_bound = args.num_steps or sizes.max_episode_steps
+    chunk = chunk_rows(args, sizes.actions, steps_bound, device)
+    if too_big := memory_problem(training_memory(args, sizes.actions, steps_bound, chunk), device, "this run"):
         sys.exit(f"error: {too_big} (--num-envs {args.num_envs} x --n-traj {args.n_traj} at --num-nodes "
                  f"{args.num_nodes}, updates of {chunk} instances at once: lower --num-envs or --update-chunk)")  # fmt: skip
 

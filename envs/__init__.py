@@ -12,6 +12,8 @@ collecting, ``envs.prize``):
 num_nodes=50, n_traj=50)`` gives the native M x N vector env.
 """
 
+from dataclasses import dataclass
+
 import gymnasium as gym
 import numpy as np
 from ppoor.envs.cvrp import CVRPEnv, CVRPVectorEnv
@@ -57,6 +59,26 @@ def instance_kwargs(problem: str, instances: dict) -> dict:
     VRP instances."""
     shape = np.shape(instances.get("depots")) if problem == "mtvrp" else ()
     return {"num_depots": shape[1]} if len(shape) == 3 and shape[1] >= 1 else {}
+
+
+@dataclass(frozen=True)
+class EnvSizes:
+    """The sizes of a registered env at one ``num_nodes``, read off the env itself."""
+
+    starts: int
+    """distinct first actions of a multi-start rollout (``start_actions``)"""
+    actions: int
+    """A: the actions (nodes, depots first)"""
+    max_episode_steps: int
+    """the longest an episode can be"""
+
+
+def env_sizes(env_id: str, num_nodes: int) -> EnvSizes:
+    """The sizes of the registered env ``env_id`` (its variant and depots included) at ``num_nodes``,
+    from one instance of it: the one source the trainer's defaults and memory checks read. Raises
+    ValueError when the env cannot take the size."""
+    env = gym.make_vec(env_id, num_envs=1, vectorization_mode="vector_entry_point", num_nodes=num_nodes, n_traj=1)
+    return EnvSizes(len(env.start_actions), env.num_actions, env.max_episode_steps)
 
 
 def start_count(problem: str, num_nodes: int, **kwargs) -> int:
@@ -106,6 +128,8 @@ for _env_id, (_single, _vector, _variant) in FAMILY_ENVS.items():
         )
 
 __all__ = [
+    "EnvSizes",
+    "env_sizes",
     "CVRPEnv",
     "CVRPVectorEnv",
     "ENV_IDS",

@@ -16,7 +16,7 @@ from ppoor import eval_rlea, ppo_or, rlea
 
 
 def ppo_or_check(args):
-    starts = ppo_or.multi_starts(args)
+    starts = ppo_or.env_size(args).starts
     ppo_or.check_args(ppo_or.with_defaults(args, starts), starts)
 
 

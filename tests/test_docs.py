@@ -81,7 +81,7 @@ def check_only(argv: list[str], cwd: Path, monkeypatch) -> None:
 
         parsed, _ = ppo_or.parse_args(args)
         if parsed.resume is None:
-            starts = ppo_or.multi_starts(parsed)
+            starts = ppo_or.env_size(parsed).starts
             ppo_or.check_args(ppo_or.with_defaults(parsed, starts), starts)
     elif script == "eval.py":
         from ppoor.models.checkpoints import latest_checkpoint

@@ -198,3 +198,28 @@ def test_bad_constructor_arguments_raise():
         gym.make("cvrp-v0", num_nodes=5, n_traj=0)
     with pytest.raises(RuntimeError, match="reset"):
         TSPVectorEnv(num_envs=1, num_nodes=3).step(np.zeros((1, 1), dtype=int))
+
+
+@pytest.mark.parametrize("env_id", sorted(envs.ENV_IDS))
+def test_the_trainers_sizes_are_the_envs_own(env_id):
+    """Issue 33: ppo_or.py took the start count without the variant and computed its own steps
+    bound and action count, wrong for several depots (mdvrp-v0 at n = 20: 20 starts for the env's
+    22, 40 steps for episodes of 81, 21 actions for 23). Every size now comes from the env: here
+    checked against random episodes of the registered env with the trainer's own arguments."""
+    from ppoor import ppo_or
+
+    n = 20
+    args = ppo_or.Args(env_id=env_id, num_nodes=n, num_envs=64)
+    sizes = ppo_or.env_size(args)
+    env = gym.make_vec(env_id, num_envs=4, vectorization_mode="vector_entry_point", num_nodes=n, n_traj=2)
+    obs, _ = env.reset(seed=0)
+    assert sizes.actions == obs["action_mask"].shape[-1] and sizes.starts == len(env.start_actions)
+    rng = np.random.default_rng(0)
+    steps = 0
+    while not env.terminated.all():
+        obs, *_ = env.step(random_allowed_actions(obs["action_mask"], rng))
+        steps += 1
+    assert steps <= sizes.max_episode_steps
+    full = ppo_or.with_defaults(args, sizes.starts)
+    assert full.n_traj == sizes.starts  # one trajectory per start by default, and that many are accepted
+    ppo_or.check_args(full, sizes.starts)
