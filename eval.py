@@ -16,7 +16,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,7 +28,15 @@ from ppoor.data.solution_files import split_routes, write_solution
 from ppoor.envs import ENV_IDS, ENV_VARIANTS, VECTOR_ENVS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import CheckpointError, keep_freed_memory, latest_checkpoint, load_agent
-from ppoor.models.runs import MAX_SECONDS, MAX_SEED, MAX_THREADS, check_numbers, fail, memory_problem
+from ppoor.models.runs import (
+    MAX_SECONDS,
+    MAX_SEED,
+    MAX_THREADS,
+    check_numbers,
+    check_writable,
+    fail,
+    memory_problem,
+)
 from ppoor.search import decode
 from ppoor.search.solutions import INTEGER_ROUNDINGS, tour_length
 from tqdm import tqdm
@@ -155,22 +162,6 @@ def variants_of(problem: str) -> set:
 
 PLOT_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 IMPLAUSIBLE_GAP = 5.0  # percent below the reference on most instances: the references are for other data
-
-
-def check_writable(flag: str, path: str, folder: bool = False) -> None:
-    """Fails now, before any decoding, if ``path`` (a file, or with ``folder`` a folder to write files
-    into) cannot be written; the folder is made if missing."""
-    if folder and os.path.exists(path) and not os.path.isdir(path):
-        sys.exit(f"error: {flag} {path} is a file; name a folder for the solution files")
-    if not folder and os.path.isdir(path):
-        sys.exit(f"error: {flag} {path} is a folder; name a file in it")
-    target = path if folder else os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(target, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=target):
-            pass
-    except OSError as exc:
-        sys.exit(f"error: {flag} {path}: cannot write there ({exc.strerror or exc})")
 
 
 def check_memory(args: Args, nodes: int, instances: int, device: torch.device) -> None:

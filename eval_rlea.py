@@ -24,9 +24,8 @@ import numpy as np
 import torch
 import tyro
 from ppoor.agents.episodes import METHODS, PLANNED, allowed_actions, rollout, summarize
-from ppoor.eval import check_writable
-from ppoor.models.runs import MAX_SEED, fail
-from ppoor.rlea import LLM_LIMITS, PLANNER, LLMArgs, check_args, encode, make_embedder, make_llms
+from ppoor.agents.settings import LLM_LIMITS, PLANNER, LLMArgs, check_args, encode, make_embedder, make_llms
+from ppoor.models.runs import MAX_SEED, check_writable, fail
 
 Method = Literal["standard", "cot", "self_refine", "rlea", "random", "fixed", "rlea_no_rag", "rlea_no_memory"]
 

@@ -11,6 +11,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 import time
 from dataclasses import asdict, fields
 
@@ -266,3 +267,19 @@ def resume_settings(args, given: set[str], overrides: tuple[str, ...], legacy: d
             + "; raise --total-timesteps (or --total-seconds) to continue it"
         )
     return resumed, ckpt
+
+
+def check_writable(flag: str, path: str, folder: bool = False) -> None:
+    """Fails now, before any decoding, if ``path`` (a file, or with ``folder`` a folder to write files
+    into) cannot be written; the folder is made if missing."""
+    if folder and os.path.exists(path) and not os.path.isdir(path):
+        sys.exit(f"error: {flag} {path} is a file; name a folder for the solution files")
+    if not folder and os.path.isdir(path):
+        sys.exit(f"error: {flag} {path} is a folder; name a file in it")
+    target = path if folder else os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(target, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target):
+            pass
+    except OSError as exc:
+        sys.exit(f"error: {flag} {path}: cannot write there ({exc.strerror or exc})")

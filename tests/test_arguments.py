@@ -9,6 +9,7 @@ from dataclasses import fields, replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ppoor.agents.settings import check_args as rlea_check_args
 from ppoor.models.runs import MAX_SECONDS, check_numbers, fail, flag, new_run_dir
 
 from ppoor import eval as evaluator
@@ -23,8 +24,8 @@ def ppo_or_check(args):
 SCRIPTS = {  # script: (its Args with the defaults a user gets, its ranges, its check)
     "ppo_or.py": (ppo_or.Args(num_nodes=20, num_envs=64), ppo_or.LIMITS, ppo_or_check),
     "eval.py": (evaluator.Args(checkpoint="tsp20"), evaluator.LIMITS, evaluator.check_args),
-    "rlea.py": (rlea.Args(), rlea.LIMITS, lambda args: fail(rlea.check_args(args, rlea.LIMITS))),
-    "eval_rlea.py": (eval_rlea.Args(), eval_rlea.LIMITS, lambda args: fail(rlea.check_args(args, eval_rlea.LIMITS))),
+    "rlea.py": (rlea.Args(), rlea.LIMITS, lambda args: fail(rlea_check_args(args, rlea.LIMITS))),
+    "eval_rlea.py": (eval_rlea.Args(), eval_rlea.LIMITS, lambda args: fail(rlea_check_args(args, eval_rlea.LIMITS))),
 }
 try:  # the railway scripts need flatland-rl (an optional extra)
     from ppoor import eval_flatland, ppo_flatland

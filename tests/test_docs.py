@@ -93,10 +93,12 @@ def check_only(argv: list[str], cwd: Path, monkeypatch) -> None:
         if "RUN" not in parsed.checkpoint:
             assert latest_checkpoint(parsed.checkpoint).is_file(), parsed.checkpoint
     elif script in ("rlea.py", "eval_rlea.py"):
+        from ppoor.agents.settings import check_args
+
         from ppoor import eval_rlea, rlea
 
         module = rlea if script == "rlea.py" else eval_rlea
-        assert rlea.check_args(tyro.cli(module.Args, args=args), module.LIMITS) == [], script
+        assert check_args(tyro.cli(module.Args, args=args), module.LIMITS) == [], script
     else:
         pytest.importorskip("flatland", reason="flatland-rl is an optional extra")
         from ppoor import eval_flatland, ppo_flatland
