@@ -11,7 +11,6 @@ Checkpoints written by ppo_or.py and the published RLOR state dicts are both acc
 weights_only=True); the problem and size come from the checkpoint.
 """
 
-import json
 import math
 import os
 import re
@@ -36,6 +35,7 @@ from ppoor.models.runs import (
     check_writable,
     fail,
     memory_problem,
+    write_json,
 )
 from ppoor.search import decode
 from ppoor.search.solutions import INTEGER_ROUNDINGS, tour_length
@@ -428,8 +428,7 @@ def main(args: Args) -> None:
         if mean_gap is not None:
             out.update(mean_gap=mean_gap, gaps=[float(g) if np.isfinite(g) else None for g in gaps])
             out["references"] = [float(r) if np.isfinite(r) else None for r in references]
-        with open(args.output, "w") as f:
-            json.dump(out, f)
+        write_json(args.output, out, indent=None)
         print(f"wrote {args.output}")
     if args.plot:
         plot_routes(args.plot, groups, results, args.plot_instances, f"{checkpoint.name}, {decoding}")

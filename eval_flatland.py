@@ -24,7 +24,6 @@ played) and, per rule, ``arrival_rate``, ``deadlock_rate``, ``score``, ``seconds
 ``flatland_seconds_per_step``, ``decisions_per_second``.
 """
 
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from ppoor.envs.rail import RailDecisionEnv
 from ppoor.models import keep_freed_memory, latest_checkpoint
 from ppoor.models.checkpoints import CheckpointError
 from ppoor.models.rail import load_rail_policy, load_release_classifier
-from ppoor.models.runs import MAX_SEED, MAX_THREADS, check_numbers, fail
+from ppoor.models.runs import MAX_SEED, MAX_THREADS, check_numbers, fail, write_json
 from ppoor.search.rail import (
     learned_release,
     play,
@@ -259,8 +258,7 @@ def main(args: Args) -> None:
             row["lead_over_safety_layer_alone"] = row[mine]["arrival_rate"] - row[ABLATION]["arrival_rate"]
             print(f"  {mine} vs the safety layer alone: {row['lead_over_safety_layer_alone']:+.3f} arrival rate")
     if args.output:
-        with open(args.output, "w") as f:
-            json.dump(results, f, indent=2)
+        write_json(args.output, results, indent=2)
         print(f"wrote {args.output}")
     if args.render:
         print(f"wrote {args.render}")

@@ -11,7 +11,6 @@ mean gap of the successes, steps, LLM calls, tokens, seconds), and a JSON file.
 
 
 import copy
-import json
 import os
 import random
 import sys
@@ -25,7 +24,7 @@ import torch
 import tyro
 from ppoor.agents.episodes import METHODS, PLANNED, allowed_actions, rollout, summarize
 from ppoor.agents.settings import LLM_LIMITS, PLANNER, LLMArgs, check_args, encode, make_embedder, make_llms
-from ppoor.models.runs import MAX_SEED, check_writable, fail
+from ppoor.models.runs import MAX_SEED, check_writable, fail, write_json
 
 Method = Literal["standard", "cot", "self_refine", "rlea", "random", "fixed", "rlea_no_rag", "rlea_no_memory"]
 
@@ -230,9 +229,7 @@ def main(argv: list[str] | None = None) -> None:
 
     report = {"args": asdict(args), "action_model": action_llm.name, "memory_model": memory_llm.name,
               "problems": [p["name"] for p in problems], "totals": totals, "per_problem": results}
-    with open(output + ".tmp", "w") as f:
-        json.dump(report, f, indent=1)
-    os.replace(output + ".tmp", output)
+    write_json(output, report)
     print(table(totals))
     print(f"results: {output}", flush=True)
 

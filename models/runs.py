@@ -283,3 +283,11 @@ def check_writable(flag: str, path: str, folder: bool = False) -> None:
             pass
     except OSError as exc:
         sys.exit(f"error: {flag} {path}: cannot write there ({exc.strerror or exc})")
+
+
+def write_json(path: str, data, indent: int | None = 1) -> None:
+    """Writes ``data`` as JSON to ``path`` atomically (a temporary file beside it, then renamed), so a
+    crash never leaves half a results file."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f, indent=indent)
+    os.replace(path + ".tmp", path)
