@@ -307,3 +307,8 @@ COSTS = {
 }
 """problem -> cost(instance arrays without the instance axis, tour): checks the solution, returns its
 cost (what the env's summed rewards are minus)."""
+
+
+COST_NAMES = {"op": "mean -prize", "pctsp": "mean cost", "pcvrp": "mean cost"}
+"""The column of the mean cost where it is not a length: minus the collected prize (OP), length +
+penalties of skipped customers (PCTSP), length + uncollected prizes (PCVRP)."""

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ppoor.data.references import kool_references
 from ppoor.models.checkpoints import shipped_checkpoint, shipped_names
+from ppoor.plotting.routes import route_paths
 from ppoor.search.solutions import distance_matrix, edge_lengths, tour_length
 
 from ppoor import eval as evaluator
@@ -284,7 +285,7 @@ def test_route_legends_add_up_to_the_solution(tmp_path):
     result = run(tmp_path, "--checkpoint", "mtvrp20", "--variant", "vrpb", "--num-instances", "2")
     (group,) = evaluator.load_data("test", "mtvrp", 20, 2, variant="vrpb")
     for i in range(2):
-        paths = evaluator.route_paths(group, i, np.array(result["tours"][i]), 1)
+        paths = route_paths(group, i, np.array(result["tours"][i]), 1)
         lengths = [float(text.rsplit("length ", 1)[1]) for _, text in paths]
         assert sum(lengths) == pytest.approx(result["lengths"][i], abs=0.01 * len(paths))
         assert sum(len(nodes) - 2 for nodes, _ in paths) == 20  # every customer on one route
