@@ -1,11 +1,15 @@
-"""The training curves of one ppo_or.py run as one PNG: sampled tour length, approx-KL, the KL an
-update reached, clip fraction, entropy and learning rate against training minutes (the iterations'
-rollout + update seconds summed), each with a 9-iteration running mean.
+"""The training curves of ppo_or.py runs as one PNG, the runs overlaid: sampled tour length, approx-KL,
+clip fraction, entropy, learning rate against training minutes (the iterations' rollout + update
+seconds summed), each with a 9-iteration running mean; the sixth panel is the test gap at the marks
+of a bench/time_to_quality.py result file (--marks; greedy solid, multi-greedy dashed), else the KL
+an update reached.
 
     python bench/plot_curves.py bench-runs/vs-rl4co-tsp50/runs/RUN --out docs/images/tsp50_default_curves.png
+    python bench/plot_curves.py bench-runs/s38/runs/* --marks bench-runs/s38/time_to_quality_*.json --out cmp.png
 """
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -18,10 +22,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 PANELS = (
     ("charts/tour_length", "sampled tour length"),
     ("losses/approx_kl", "approx-KL (before the last minibatch)"),
-    ("losses/update_kl", "KL after the update (steers the lr)"),
     ("losses/clipfrac", "clip fraction"),
     ("losses/entropy", "entropy"),
     ("charts/learning_rate", "learning rate"),
+    ("losses/update_kl", "KL after the update (steers the lr)"),
 )
 
 
@@ -29,38 +33,75 @@ def running_mean(values: list[float], width: int = 9) -> list[float]:
     return [sum(values[max(0, i - width + 1) : i + 1]) / len(values[max(0, i - width + 1) : i + 1]) for i in range(len(values))]
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", type=Path, help="a ppo_or.py run folder (runs/...)")
-    parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
-    parser.add_argument("--title", default=None, help="the figure's title (default: the run's name)")
-    args = parser.parse_args()
-    if not args.run.is_dir():
-        sys.exit(f"error: {args.run}: no such run folder")
-    events = EventAccumulator(str(args.run), size_guidance={"scalars": 0})
+def label_of(run: Path) -> str:
+    """A run's label: the configuration of a time_to_quality run (``..__ttq-NAME__..``), else its folder name."""
+    parts = run.name.split("__")
+    return parts[1].removeprefix("ttq-") if len(parts) > 2 else run.name
+
+
+def read_run(run: Path) -> tuple[list[float], dict]:
+    """(training minutes per iteration, {tag: values}) of one ppo_or.py run folder."""
+    if not run.is_dir():
+        sys.exit(f"error: {run}: no such run folder")
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0})
     events.Reload()
     tags = set(events.Tags()["scalars"])
     if "charts/rollout_seconds" not in tags:
-        sys.exit(f"error: {args.run} holds no ppo_or.py curves (no charts/rollout_seconds)")
+        sys.exit(f"error: {run} holds no ppo_or.py curves (no charts/rollout_seconds)")
     seconds = [r.value + u.value for r, u in zip(events.Scalars("charts/rollout_seconds"),
                                                   events.Scalars("charts/update_seconds"), strict=True)]  # fmt: skip
     minutes = [sum(seconds[: i + 1]) / 60 for i in range(len(seconds))]
+    return minutes, {tag: [e.value for e in events.Scalars(tag)][: len(minutes)] for tag, _ in PANELS if tag in tags}
+
+
+def read_marks(path: Path) -> list[dict]:
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        sys.exit(f"error: --marks {path}: not a time_to_quality.py result file ({exc})")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "greedy_gap" in r for r in rows):
+        sys.exit(f"error: --marks {path}: not a time_to_quality.py result file (rows with greedy_gap)")
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", type=Path, nargs="+", help="ppo_or.py run folders (runs/...)")
+    parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
+    parser.add_argument("--marks", type=Path, nargs="*", default=[], help="time_to_quality.py result files: the test gaps")
+    parser.add_argument("--title", default=None, help="the figure's title (default: the runs' names)")
+    args = parser.parse_args()
+    runs = [(label_of(run), *read_run(run)) for run in args.runs]
+    marks = [row for path in args.marks for row in read_marks(path)]
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
-    for ax, (tag, title) in zip(axes.flat, PANELS, strict=True):
+    panels = PANELS[:5] + ((("marks", "test gap %: greedy solid, multi-greedy dashed"),) if marks else PANELS[5:])
+    for ax, (tag, title) in zip(axes.flat, panels, strict=True):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("training minutes")
-        if tag not in tags:
-            ax.text(0.5, 0.5, "not logged", ha="center", transform=ax.transAxes)
-            continue
-        values = [e.value for e in events.Scalars(tag)][: len(minutes)]
-        ax.plot(minutes[: len(values)], values, lw=0.5, alpha=0.4, color="C0")
-        ax.plot(minutes[: len(values)], running_mean(values), lw=1.5, color="C0")
+        for k, (label, minutes, values) in enumerate(runs):
+            colour = f"C{k % 10}"
+            if tag == "marks":
+                rows = sorted((r for r in marks if label_of(Path(r["run"])) == label), key=lambda r: r["minutes"])
+                ax.plot([r["minutes"] for r in rows], [r["greedy_gap"] for r in rows], "o-", color=colour, ms=3, label=label)
+                ax.plot([r["minutes"] for r in rows], [r["multi-greedy_gap"] for r in rows], "o--", color=colour, ms=3)
+                continue
+            if tag not in values:
+                continue
+            series = values[tag]
+            if len(runs) == 1:
+                ax.plot(minutes[: len(series)], series, lw=0.5, alpha=0.4, color=colour)
+            ax.plot(minutes[: len(series)], running_mean(series), lw=1.5, color=colour, label=label)
         if "kl" in tag:
             ax.set_yscale("log")
-    fig.suptitle(args.title or args.run.name, fontsize=11)
+        if not ax.lines:
+            ax.text(0.5, 0.5, "not logged", ha="center", transform=ax.transAxes)
+    if len(runs) > 1:
+        axes.flat[0].legend(fontsize=8)
+    fig.suptitle(args.title or ", ".join(label for label, _, _ in runs), fontsize=11)
     fig.tight_layout()
     fig.savefig(args.out, dpi=80)
-    print(f"wrote {args.out} ({len(minutes)} iterations, {minutes[-1]:.1f} minutes)")
+    longest = max(minutes[-1] for _, minutes, _ in runs)
+    print(f"wrote {args.out} ({len(runs)} runs, up to {longest:.1f} minutes)")
 
 
 if __name__ == "__main__":
