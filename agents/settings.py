@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from ppoor.models.runs import check_numbers, exp_name_problem, wandb_problem
+from ppoor.models.runs import check_numbers, exp_name_problem, fail, wandb_problem
 
 PLANNER = "planner.pt"  # the soft Q-network alone, what eval_rlea.py needs (with memory.json beside it)
 
@@ -84,14 +84,18 @@ def check_args(args, limits: dict) -> list[str]:
 
 
 def make_llms(args):
-    """(action model, memory model) as the arguments ask."""
+    """(action model, memory model) as the arguments ask; exits with one line when a backend cannot
+    start (the local model's packages missing, say)."""
     from ppoor.agents.llm import LocalChat, OpenAIChat
 
-    if args.llm_backend == "openai":
-        action = OpenAIChat(args.llm_base_url, args.llm_model, args.llm_key_env)
-    else:
-        action = LocalChat(args.llm_threads, args.seed)
-    memory = OpenAIChat(args.memory_base_url, args.memory_model, args.llm_key_env) if args.memory_model else action
+    try:
+        if args.llm_backend == "openai":
+            action = OpenAIChat(args.llm_base_url, args.llm_model, args.llm_key_env)
+        else:
+            action = LocalChat(args.llm_threads, args.seed)
+        memory = OpenAIChat(args.memory_base_url, args.memory_model, args.llm_key_env) if args.memory_model else action
+    except (ValueError, ImportError) as exc:
+        fail([f"--llm-backend {args.llm_backend}: {exc}"])
     return action, memory
 
 

@@ -91,7 +91,7 @@ def main():
             if len(runs) == 1:
                 ax.plot(minutes[: len(series)], series, lw=0.5, alpha=0.4, color=colour)
             ax.plot(minutes[: len(series)], running_mean(series), lw=1.5, color=colour, label=label)
-        if "kl" in tag:
+        if "kl" in tag or tag == "marks":
             ax.set_yscale("log")
         if not ax.lines:
             ax.text(0.5, 0.5, "not logged", ha="center", transform=ax.transAxes)

@@ -53,7 +53,8 @@ class DistributedBatchNorm1d(nn.BatchNorm1d):
     the global mean first, then the global mean squared deviation); running statistics are updated
     from those, so they stay identical on every process. Gradients flow through the statistics as
     in SyncBatchNorm. ``fixed``: (mean, variance) [d] to normalise with instead of the batch's
-    (running statistics untouched); their gradient is that of the batch's statistics, as if the
+    (in training mode the running statistics move toward them, as they would toward a batch's, so
+    that evaluation keeps up with the weights); their gradient is that of the batch's statistics, as if the
     batch had been normalised by its own (a straight-through estimate of how the statistics of the
     whole rollout move); ``recorded``: with ``record`` set, the (mean, variance) of the last
     training batch."""
@@ -67,6 +68,11 @@ class DistributedBatchNorm1d(nn.BatchNorm1d):
             batch_mean, batch_var = x.float().mean(0), x.float().var(0, unbiased=False)
             mean = self.fixed[0] + (batch_mean - batch_mean.detach())
             var = self.fixed[1] + (batch_var - batch_var.detach())
+            if self.training and self.track_running_stats and self.momentum is not None:
+                with torch.no_grad():  # evaluation's statistics follow the ones training normalises with
+                    self.num_batches_tracked += 1
+                    self.running_mean.lerp_(self.fixed[0].to(self.running_mean.dtype), self.momentum)
+                    self.running_var.lerp_(self.fixed[1].to(self.running_var.dtype), self.momentum)
             return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
         if not (self.training and data_parallel()):
             if self.training and self.record:

@@ -492,12 +492,17 @@ def test_a_minibatch_replays_the_rollouts_batch_norm(seed, rows):
     index = torch.randperm(6, generator=torch.Generator().manual_seed(seed))[:rows]
     with torch.no_grad():
         _, alone = ppo_or.ppo_loss(agent, static, steps, batch, index, args)
+    norm = next(m for m in agent.modules() if hasattr(m, "fixed"))
+    before = norm.running_mean.clone()
     with fixed_statistics(agent, rollout_batch.norms):
         loss, replayed = ppo_or.ppo_loss(agent, static, steps, batch, index, args)
         grads = torch.autograd.grad(loss, list(agent.encoder.parameters()))
+        target = norm.fixed[0]
     assert alone["approx_kl"] > 1e-6
     assert abs(replayed["approx_kl"]) < 1e-6 and replayed["clipfrac"] == 0.0
     assert all(g.abs().sum() > 0 for g in grads)
+    # evaluation's running statistics moved toward the replayed ones (they lagged the weights without)
+    assert torch.allclose(norm.running_mean, torch.lerp(before, target, norm.momentum), atol=1e-6)
 
 
 def test_the_trust_region_stops_the_update_and_steers_the_learning_rate():
