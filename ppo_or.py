@@ -149,7 +149,8 @@ class Args:
     minibatch_size: int = 32
     """instances per PPO minibatch, counted as --num-envs counts them (symmetric copies included): each epoch
     splits the rollout's instances into ceil(M / size) minibatches of near-equal size, one optimizer step each,
-    so the size of a step's batch does not change with --num-envs"""
+    so the size of a step's batch does not change with --num-envs (at 50 nodes and above 128 ends the relapses that batch
+    norm causes in small minibatches, at a cost in speed at 20: docs/training.md)"""
     update_chunk: int | None = None
     """instances decoded at once in the update (a minibatch is encoded at once and decoded in chunks, their
     gradients accumulated: memory only, the step is the same); None: the most that fit in 1 GiB on the CPU,
