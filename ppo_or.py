@@ -178,7 +178,8 @@ class Args:
     replay_batch_norm: bool = False
     """the update's encoder normalises with the batch-norm statistics of the rollout (their gradient taken from
     the minibatch), so that each minibatch starts from the policy that sampled its actions; False: with the
-    minibatch's own statistics (a different policy in small minibatches)"""
+    minibatch's own statistics (a different policy in small minibatches). Stable from scratch at TSP50, but it
+    diverged when started from a trained model (docs/training.md)"""
     encoder_cache: bool = True
     """encode each instance once per rollout; False re-encodes at every step (a baseline for benchmarks)"""
     amp: bool = False
