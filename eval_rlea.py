@@ -97,7 +97,7 @@ def judge(args: Args, problem: dict) -> int:
     verdict, the recomputed objective and every reason. Returns the exit status (0: success)."""
     from ppoor.agents.executor import Executor
     from ppoor.agents.memory import Memory
-    from ppoor.agents.problems import judged_instances, protection
+    from ppoor.agents.problems import protection
     from ppoor.agents.sandbox import Sandbox
 
     try:
@@ -106,11 +106,10 @@ def judge(args: Args, problem: dict) -> int:
         fail([f"--judge {args.judge}: cannot read it ({exc})"])
     executor = Executor(None, None, Sandbox(args.sandbox_seconds, args.sandbox_memory_mb), None, Memory())
     attempt = executor.evaluate(problem, code)
-    cases = judged_instances(problem)
     verdict = "success" if attempt.success else "valid, too far from the reference" if attempt.valid else (
         "wrong answer" if attempt.ran else "the program failed")
-    print(f"problem {problem['name']} ({', '.join(problem['families'])}); judged on {len(cases)} instances "
-          f"({protection(problem)})")
+    print(f"problem {problem['name']} ({', '.join(problem['families'])}); judged on its instance and a "
+          f"second one ({protection(problem)})")
     print(f"verdict: {verdict}")
     if attempt.objective is not None:
         reference = problem["reference"]

@@ -78,10 +78,11 @@ class Usage:
     completion_tokens: int = 0
 
 
-def feedback_of(verdicts: list, cases: list[tuple[str, dict, dict]]) -> tuple[bool, float | None, str, str]:
-    """Validity, the signed gap on the problem's instance, the text fed back to the LLM and an alarm
-    (empty unless a valid answer beats a proven optimum: then the checker or the reference is wrong)
-    for the answers on the judged instances (``problems.judged_instances``)."""
+def feedback_of(verdicts: list, cases: list[tuple[str, dict, dict]]) -> tuple[bool, bool, float | None, str, str]:
+    """Validity, success (every answer valid and at most 5% above its reference), the signed gap on
+    the problem's instance, the text fed back to the LLM and an alarm (empty unless a valid answer
+    beats a proven optimum: then the checker or the reference is wrong) for the answers on the
+    judged instances (``problems.judged_instances``)."""
     lines, gaps, alarms = [], [], []
     for (name, _, reference), verdict in zip(cases, verdicts, strict=True):
         if not verdict.valid:
@@ -102,9 +103,10 @@ def feedback_of(verdicts: list, cases: list[tuple[str, dict, dict]]) -> tuple[bo
                 alarms.append(f"CHECKER ALARM: on {name} a valid answer ({verdict.objective:g}) beats the proven "
                               f"optimum {ref:g}: the checker misses a constraint or the optimum is wrong")
     valid = all(v.valid for v in verdicts)
-    if valid and all(g <= SUCCESS_GAP for g in gaps):
+    success = valid and all(g <= SUCCESS_GAP for g in gaps)
+    if success:
         lines.insert(0, "Correct: every constraint holds and the cost is at most 5% above the best known.")
-    return valid, gaps[0] if valid else None, "\n".join(lines), "\n".join(alarms)
+    return valid, success, gaps[0] if valid else None, "\n".join(lines), "\n".join(alarms)
 
 
 class Executor:
@@ -161,12 +163,10 @@ class Executor:
         attempt.ran = True
         verdicts = [check_answer(instance, problem["families"], a["routes"], a["objective"])
                     for (_, instance, _), a in zip(cases, result.answers, strict=True)]
-        attempt.valid, attempt.gap, attempt.feedback, attempt.alarm = feedback_of(verdicts, cases)
+        attempt.valid, attempt.success, attempt.gap, attempt.feedback, attempt.alarm = feedback_of(verdicts, cases)
         attempt.objective = verdicts[0].objective
         attempt.violations = [f"{name}: {v}" for (name, _, _), verdict in zip(cases, verdicts, strict=True)
                               for v in verdict.violations]
-        attempt.success = attempt.valid and all(
-            verdict.gap(reference["objective"]) <= SUCCESS_GAP for (_, _, reference), verdict in zip(cases, verdicts, strict=True))
         attempt.reward = reward(attempt.valid, attempt.ran, attempt.gap)
         if attempt.alarm:
             print(attempt.alarm, file=sys.stderr, flush=True)

@@ -251,12 +251,12 @@ def test_success_is_one_sided_and_a_beaten_optimum_raises_the_alarm():
     for reference, success, word in ((12 / 0.74, True, "below"), (12 / 1.049, True, None), (12 / 1.051, False, "above"),
                                      (12, True, None)):
         cases = judged_instances(problem_on(inst, [], reference))[:1]
-        valid, gap, feedback, alarm = feedback_of([verdict], cases)
+        valid, succeeded, gap, feedback, alarm = feedback_of([verdict], cases)
         assert valid and math.isclose(gap, 12 / reference - 1) and not alarm
-        assert feedback.startswith("Correct") == success, feedback
+        assert feedback.startswith("Correct") == success == succeeded, feedback
         assert word is None or f"% {word} the best known" in feedback, feedback
     cases = judged_instances(problem_on(inst, [], 13, optimal=True))[:1]
-    assert "CHECKER ALARM" in feedback_of([verdict], cases)[3]
+    assert "CHECKER ALARM" in feedback_of([verdict], cases)[4]
     assert reward(True, True, -0.26) == reward(True, True, 0.0) == 1.0
 
 
