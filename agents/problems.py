@@ -440,8 +440,10 @@ def instance_error(instance, families: list[str]) -> str | None:
     if not isinstance(depots, list) or not depots or any(not is_int(v) or not 0 <= v < n for v in depots):
         return f"instance['depots'] must be a non-empty list of nodes 0..{n - 1}"
     starts = instance.get("vehicle_depots")
-    if not isinstance(starts, list) or len(starts) != vehicles or any(v not in depots for v in starts):
+    if not isinstance(starts, list) or len(starts) != vehicles:
         return f"instance['vehicle_depots'] must list one depot of instance['depots'] per vehicle ({vehicles})"
+    if missing := sorted({v for v in starts if v not in depots}, key=str):
+        return f"instance['depots'] {depots} lacks {missing}, depots of vehicles in instance['vehicle_depots']"
     needed = {key: (kind, family) for family in families for key, kind in FAMILY_KEYS.get(family, {}).items()}
     if "service_time" in families and "time_windows" not in families:
         needed["max_route_duration"] = ("int", "service_time")

@@ -181,6 +181,16 @@ def test_the_checker_rejects_each_broken_constraint(families, extra, routes, exp
         assert not verdict.valid and any(expected in v for v in verdict.violations), verdict.violations
 
 
+def test_a_depot_dropped_from_depots_is_named(tmp_path):
+    """The failing example of the load-time test (vrp-c-l-md-r, the last of instance['depots']
+    dropped): the error names instance['depots'], the key that lost the vehicles' depot."""
+    problem = json.loads(json.dumps(PROBLEMS["vrp-c-l-md-r"]))
+    problem["instance"]["depots"] = problem["instance"]["depots"][:-1]
+    folder = folder_of(tmp_path, problem)
+    with pytest.raises(ValueError, match=r"vrp-c-l-md-r\.json: instance: instance\['depots'\] \[0, 1\] lacks \[2\]"):
+        load_problems(folder)
+
+
 def test_per_vehicle_capacities_and_no_demand_at_a_depot(tmp_path):
     """Issue 32: capacities may differ per vehicle (checker, reference, description); a depot's
     demand is refused at load time, never silently ignored."""
