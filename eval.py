@@ -21,12 +21,11 @@ from typing import Literal
 import numpy as np
 import torch
 import tyro
-from ppoor.data.datasets import STANDARD_SETS, DataError, Dataset, load_data
-from ppoor.data.references import shipped_name, shipped_references, solve_reference
+from ppoor.data.datasets import STANDARD_SETS, DataError
 from ppoor.data.solution_files import write_solution
-from ppoor.envs import ENV_IDS, ENV_VARIANTS, VECTOR_ENVS
+from ppoor.envs import ENV_VARIANTS, VECTOR_ENVS
 from ppoor.envs.vrp import MIXES, VARIANTS
-from ppoor.models import CheckpointError, keep_freed_memory, latest_checkpoint, load_agent
+from ppoor.models import CheckpointError, keep_freed_memory
 from ppoor.models.runs import (
     MAX_SECONDS,
     MAX_SEED,
@@ -34,12 +33,11 @@ from ppoor.models.runs import (
     check_numbers,
     check_writable,
     fail,
-    memory_problem,
     write_json,
 )
 from ppoor.plotting.routes import plot_routes
-from ppoor.search import decode
 from ppoor.search.solutions import COST_NAMES
+from ppoor.search.solver import SHIPPED, Model, variants_of
 from tqdm import tqdm
 
 
@@ -138,56 +136,7 @@ def check_args(args: Args) -> None:
         check_writable("--output-solutions", args.output_solutions, folder=True)
 
 
-def decode_memory(args: Args, nodes: int, instances: int) -> float:
-    """Bytes decoding needs, estimated: the encoder's self-attention over A = ``nodes`` + 1 actions
-    (8 heads, scores and softmax of three layers' worth at once, float32) and the decoder's attention of
-    every trajectory (N starts or samples) over the actions, for a batch of min(--batch-size, instances)
-    instances in --augment copies."""
-    actions = nodes + 1
-    batch = min(args.batch_size, instances) * args.augment
-    trajectories = {"greedy": 1, "multi-greedy": args.num_starts or actions, "sampling": args.num_samples}[args.decode]
-    return 4.0 * 8 * batch * (3 * actions**2 + 4 * trajectories * actions)
-
-
-
-
-def variants_of(problem: str) -> set:
-    """The variants of a problem's test sets (the VRP's 48 and its mixes)."""
-    if problem == "mtvrp":
-        return {*VARIANTS, *MIXES}
-    return {v for env_id, v in ENV_VARIANTS.items() if ENV_IDS[env_id] == problem}
-
-
 PLOT_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
-IMPLAUSIBLE_GAP = 5.0  # percent below the reference on most instances: the references are for other data
-
-
-def check_memory(args: Args, nodes: int, instances: int, device: torch.device) -> None:
-    if problem := memory_problem(decode_memory(args, nodes, instances), device, f"decoding {nodes}-node instances"):
-        sys.exit(f"error: {problem} (lower --batch-size, --num-starts or --augment, or evaluate smaller instances)")
-
-
-def evaluate_group(agent, group: Dataset, args: Args, progress) -> dict:
-    """Decodes one group of equal-size instances; lengths and references in reported units."""
-    result = decode(
-        agent,
-        group.instances,
-        args.decode,
-        num_starts=args.num_starts,
-        num_samples=args.num_samples,
-        augment_copies=args.augment,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        reencode=args.reencode,
-        progress=progress.update,
-    )
-    lengths = np.array([group.reported_length(i, tour) for i, tour in enumerate(result.tours)])
-    references = group.references.copy()
-    if args.reference_solver:
-        references = np.array(
-            [solve_reference(group, i, args.reference_solver, args.solver_seconds) for i in range(len(lengths))]
-        )
-    return {"lengths": lengths, "references": references, "tours": result.tours, "seconds": result.seconds}
 
 
 def benchmark_class(name: str) -> str | None:
@@ -214,59 +163,39 @@ def main(args: Args) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     keep_freed_memory()
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     try:
-        checkpoint = latest_checkpoint(args.checkpoint)
-        if os.path.isdir(args.checkpoint):
-            print(f"using {checkpoint} (the latest checkpoint of {args.checkpoint})", flush=True)
-        agent, ckpt = load_agent(checkpoint, problem=args.problem, device=device)
-        problem = ckpt["problem"]
-        variants = variants_of(problem)
-        if args.variant and args.variant not in variants:
-            raise ValueError(
-                f"--variant {args.variant} does not fit this {problem.upper()} model"
-                + (f" (its variants: {', '.join(sorted(variants))})" if variants else " (it has no variants)")
-            )
-        variant = args.variant or ENV_VARIANTS.get(
-            ckpt.get("args", {}).get("env_id"), "classic" if problem == "mtvrp" else None
+        model = Model(
+            args.checkpoint, problem=args.problem, device="cuda" if torch.cuda.is_available() and args.cuda else "cpu"
         )
-        size = args.num_nodes or ckpt["num_nodes"]
-        if args.data in STANDARD_SETS:  # before drawing the set: the size and count are known
-            check_memory(args, size, args.num_instances or 1, device)
-        groups = load_data(args.data, problem, size, args.num_instances, args.references, variant)
-        if args.data in STANDARD_SETS and args.references is None and args.reference_solver is None:
-            split = STANDARD_SETS[args.data]
-            shipped = shipped_references(problem, size, split, len(groups[0].names), variant)
-            if shipped is not None:
-                groups[0].references = shipped
-                print(f"references: data/reference_lengths/{shipped_name(problem, size, split, variant)} (shipped)")
-        for group in groups:
-            check_memory(args, group.num_nodes, len(group.names), device)
-        for group in groups:
-            if args.decode == "multi-greedy" and args.num_starts and args.num_starts > group.num_nodes:
-                raise ValueError(
-                    f"--num-starts {args.num_starts} exceeds the {group.num_nodes} start nodes of {group.names[0]}"
-                    f" ({'nodes' if problem == 'tsp' else 'customers'})"
-                )
-        total = sum(len(g.names) for g in groups)
+        if os.path.isdir(args.checkpoint):
+            print(f"using {model.path} (the latest checkpoint of {args.checkpoint})", flush=True)
+        total = args.num_instances if args.data in STANDARD_SETS and args.num_instances else None
         with tqdm(total=total, desc=f"{args.decode} x{args.augment}", unit="inst", disable=None) as progress:
-            results = [evaluate_group(agent, g, args, progress) for g in groups]
+            solutions = model.solve(
+                args.data,
+                decode=args.decode,
+                augment=args.augment,
+                num_starts=args.num_starts,
+                num_samples=args.num_samples,
+                batch_size=args.batch_size,
+                seed=args.seed,
+                num_instances=args.num_instances,
+                num_nodes=args.num_nodes,
+                variant=args.variant,
+                references=args.references,
+                reference_solver=args.reference_solver,
+                solver_seconds=args.solver_seconds,
+                reencode=args.reencode,
+                progress=progress.update,
+            )
     except (CheckpointError, DataError, ValueError, ImportError) as exc:
         sys.exit(f"error: {exc}")
-
-    names = [n for g in groups for n in g.names]
-    lengths = np.concatenate([r["lengths"] for r in results])
-    references = np.concatenate([r["references"] for r in results])
-    gaps = 100 * (lengths - references) / np.abs(references)  # costs may be negative (orienteering: minus the prize)
-    seconds = sum(r["seconds"] for r in results)
-    known = np.isfinite(gaps)
-    mean_gap = float(gaps[known].mean()) if known.any() else None
-    if known.any() and (gaps[known] < -IMPLAUSIBLE_GAP).mean() > 0.5:
-        sys.exit(
-            f"error: the references do not fit these instances: {(gaps[known] < -IMPLAUSIBLE_GAP).sum()} of "
-            f"{known.sum()} tours are over {IMPLAUSIBLE_GAP:g}% shorter than their reference (mean gap {mean_gap:.2f}%); "
-            "are they for another size or data set?"
-        )
+    if (solutions.reference_source or "").startswith(SHIPPED):
+        print(f"references: {solutions.reference_source} (shipped)")
+    problem, checkpoint, groups = model.problem, model.path, solutions.groups
+    names, lengths, references, gaps = solutions.names, solutions.lengths, solutions.references, solutions.gaps
+    seconds, mean_gap, known = solutions.seconds, solutions.mean_gap, np.isfinite(solutions.gaps)
+    variant = args.variant or model.variant
 
     decoding = args.decode + (f" x{args.augment} aug" if args.augment > 1 else "")
     what = {"mtvrp": "VRP"}.get(problem, problem.upper())
@@ -299,7 +228,7 @@ def main(args: Args) -> None:
             "lengths": lengths.tolist(),
             "names": names,
             "seconds": seconds,
-            "tours": [t.tolist() for r in results for t in r["tours"]],
+            "tours": [t.tolist() for t in solutions.tours],
         }
         if mean_gap is not None:
             out.update(mean_gap=mean_gap, gaps=[float(g) if np.isfinite(g) else None for g in gaps])
@@ -307,14 +236,10 @@ def main(args: Args) -> None:
         write_json(args.output, out, indent=None)
         print(f"wrote {args.output}")
     if args.plot:
-        plot_routes(args.plot, groups, results, args.plot_instances, f"{checkpoint.name}, {decoding}")
+        plot_routes(args.plot, solutions, args.plot_instances, f"{checkpoint.name}, {decoding}")
         print(f"wrote {args.plot}")
     if args.output_solutions:
-        written = [
-            write_solution(args.output_solutions, group, i, result["tours"][i], result["lengths"][i])
-            for group, result in zip(groups, results, strict=True)
-            for i in range(len(group.names))
-        ]
+        written = [write_solution(args.output_solutions, *item) for item in solutions.items()]
         print(f"wrote {len(written)} solution files to {args.output_solutions} (e.g. {written[0].name})")
 
 

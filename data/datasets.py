@@ -89,7 +89,7 @@ class Dataset:
 
 
 def load_data(
-    source: str,
+    source: str | dict,
     problem: str,
     num_nodes: int,
     num_instances: int | None = None,
@@ -98,10 +98,12 @@ def load_data(
 ) -> list[Dataset]:
     """Loads ``source``: ``test`` / ``val`` (alias ``kool-test`` / ``kool-val``: the standard sets of
     ``num_nodes``, Kool et al.'s for TSP and CVRP, the generator's of ``variant`` for the VRP), an
-    .npz file, a .tsp / .vrp / Solomon .txt file, or a folder of them. ``references`` names a CSV
-    (name, ..., value) or an .npy of lengths; a folder's own ``best_known.csv`` is read when none is
-    given."""
-    if source in STANDARD_SETS:
+    .npz file, a .tsp / .vrp / Solomon .txt file, a folder of them, or a dict of arrays in the .npz
+    layout (``from_arrays``). ``references`` names a CSV (name, ..., value) or an .npy of lengths; a
+    folder's own ``best_known.csv`` is read when none is given."""
+    if isinstance(source, dict):
+        groups = [from_arrays(source, problem)]
+    elif source in STANDARD_SETS:
         instances = standard_dataset(problem, num_nodes, STANDARD_SETS[source], num_instances, variant)
         count = len(instances["coords"])
         label = source if problem in ("tsp", "cvrp") else f"{variant or problem}-{STANDARD_SETS[source]}"
@@ -122,16 +124,15 @@ def load_data(
             raise DataError(
                 f"--data {source}: expected an .npz, .tsp, .vrp or Solomon .txt file, a folder of them, or test / val"
             )
-        if num_instances is not None:
-            groups = take_first(groups, num_instances)
+    if num_instances is not None:
+        groups = take_first(groups, num_instances)
     if references is not None:
         apply_references(groups, Path(references))
     return groups
 
 
 def load_npz(path: Path, problem: str) -> Dataset:
-    """TSP: ``coords`` [B, n, 2]; CVRP: ``depot`` [B, 2], ``coords`` [B, n, 2], integer ``demand``
-    [B, n], ``capacity`` (scalar or [B]); optional ``reference`` [B]."""
+    """An .npz file of ``problem``'s instances (``from_arrays`` gives the layout)."""
     if not zipfile.is_zipfile(path):
         raise DataError(f"{path}: not an .npz archive (numpy.savez writes one; this file is not a zip archive)")
     try:
@@ -139,6 +140,15 @@ def load_npz(path: Path, problem: str) -> Dataset:
             data = dict(archive)
     except Exception as exc:
         raise DataError(f"{path}: not a readable .npz file ({exc})") from exc
+    return from_arrays(data, problem, path)
+
+
+def from_arrays(data: dict, problem: str, path: Path = Path("instances")) -> Dataset:
+    """Instances given as arrays, in an .npz file's layout. TSP: ``coords`` [B, n, 2]; CVRP: ``depot``
+    [B, 2], ``coords`` [B, n, 2], integer ``demand`` [B, n], ``capacity`` (scalar or [B]); the VRP
+    ``load_vrp_npz``, the further families ``load_family_npz``; optional ``reference`` [B]. ``path``
+    names the source in errors, its stem the instances (``instances-0``, ...)."""
+    data = {key: np.asarray(value) for key, value in data.items()}
     for key, value in data.items():
         if value.dtype.kind not in "biuf":
             raise DataError(f"{path}: '{key}' holds {value.dtype} values; every array must be numeric")

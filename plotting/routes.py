@@ -9,8 +9,8 @@ from ppoor.data.solution_files import split_routes
 from ppoor.search.solutions import COST_NAMES, INTEGER_ROUNDINGS, tour_length
 
 
-def plot_routes(path: str, groups: list, results: list, count: int, label: str) -> None:
-    """Draws the first ``count`` solutions into ``path``: one panel per instance titled with its name
+def plot_routes(path: str, solutions, count: int, label: str) -> None:
+    """Draws the first ``count`` of ``solutions`` (``search.solver.Solutions``) into ``path``: one panel per instance titled with its name
     and cost, each route in its own colour with a legend entry (route number, load where the problem
     has one, length), the depot(s) as red squares and a TSP tour's start as a red star, backhaul
     customers and pickups as triangles, time windows as labels (20 customers or fewer), prizes as
@@ -20,11 +20,10 @@ def plot_routes(path: str, groups: list, results: list, count: int, label: str) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    items = [(g, r, i) for g, r in zip(groups, results, strict=True) for i in range(len(g.names))][:count]
+    items = list(solutions.items())[:count]
     fig, axes = plt.subplots(1, len(items), figsize=(5 * len(items), 6.5), squeeze=False)
-    for ax, (group, result, i) in zip(axes[0], items, strict=True):
+    for ax, (group, i, tour, length) in zip(axes[0], items, strict=True):
         points = group.node_points(i)
-        tour = result["tours"][i]
         depots = len(group.instances["depots"][i]) if group.problem == "mtvrp" else 0 if group.problem == "tsp" else 1
         paths = route_paths(group, i, tour, depots)
         colours = plt.get_cmap("tab10" if len(paths) <= 10 else "tab20")
@@ -43,12 +42,12 @@ def plot_routes(path: str, groups: list, results: list, count: int, label: str) 
             ax.scatter(*points[tour[0]], s=120, marker="*", color="tab:red", zorder=5, label="start")
         decimals = 0 if group.rounding in INTEGER_ROUNDINGS else 1 if group.rounding == "tenth-down" else 4
         cost = COST_NAMES.get(group.problem, "length").removeprefix("mean ")
-        ax.set_title(f"{group.names[i]}: {cost} {result['lengths'][i]:,.{decimals}f}", fontsize=10)
+        ax.set_title(f"{group.names[i]}: {cost} {length:,.{decimals}f}", fontsize=10)
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.01), ncol=2, frameon=False)
         ax.set_aspect("equal")
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.suptitle(f"{label}: {items[0][0].problem.upper()} {', '.join(g.names[i] for g, _, i in items)}", fontsize=11)
+    fig.suptitle(f"{label}: {items[0][0].problem.upper()} {', '.join(g.names[i] for g, i, _, _ in items)}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)

@@ -10,6 +10,7 @@ import vrplib
 from checks import SHARED, check_cvrp_actions, check_tsp_actions, path_length
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ppoor.data.datasets import load_data
 from ppoor.data.references import kool_references
 from ppoor.models.checkpoints import shipped_checkpoint, shipped_names
 from ppoor.plotting.routes import route_paths
@@ -283,7 +284,7 @@ def test_eval_gives_gaps_on_the_standard_sets_from_the_shipped_references(tmp_pa
 
 def test_route_legends_add_up_to_the_solution(tmp_path):
     result = run(tmp_path, "--checkpoint", "mtvrp20", "--variant", "vrpb", "--num-instances", "2")
-    (group,) = evaluator.load_data("test", "mtvrp", 20, 2, variant="vrpb")
+    (group,) = load_data("test", "mtvrp", 20, 2, variant="vrpb")
     for i in range(2):
         paths = route_paths(group, i, np.array(result["tours"][i]), 1)
         lengths = [float(text.rsplit("length ", 1)[1]) for _, text in paths]

@@ -53,7 +53,8 @@ def test_the_wheel_holds_one_import_package(installed):
     for shipped in ("ppoor/checkpoints/tsp20.pt", "ppoor/checkpoints/mtvrp20.pt", "ppoor/ppo_or.py",
                     "ppoor/data/reference_lengths/tsp20_val_seed4321_lkh.npy", "ppoor/agents/prompts.toml",
                     "ppoor/data/rlea_problems/vrp-c-tw.json", "ppoor/data/rlea_corpus/notes.md", "ppoor/rlea.py",
-                    "ppoor/checkpoints/rlea/smollm2/planner.pt", "ppoor/checkpoints/rlea/smollm2/memory.json"):  # fmt: skip
+                    "ppoor/checkpoints/rlea/smollm2/planner.pt", "ppoor/checkpoints/rlea/smollm2/memory.json",
+                    "ppoor/__init__.py", "ppoor/search/solver.py"):  # fmt: skip
         assert shipped in files
 
 
@@ -72,6 +73,13 @@ def test_the_console_commands_run_from_outside_the_checkout(installed, tmp_path)
     probe = "import ppoor.envs, ppoor.models, ppoor.search, ppoor.data, ppoor.eval; print(ppoor.envs.__file__)"
     result = outside(installed, tmp_path, sys.executable, "-c", probe)
     assert result.returncode == 0 and result.stdout.startswith(str(target)), result.stderr
+    probe = ("import ppoor; r = ppoor.solve('val', checkpoint='tsp20', num_instances=3, device='cpu'); "
+             "print(ppoor.__file__, r.reference_source, len(r.tours))")  # fmt: skip
+    result = outside(installed, tmp_path, sys.executable, "-c", probe)
+    assert result.returncode == 0, result.stderr
+    init, source, count = result.stdout.split()[:3]
+    assert init == str(target / "ppoor" / "__init__.py") and source.startswith("data/reference_lengths/tsp20_val")
+    assert count == "3"
 
 
 def test_the_rlea_benchmark_loads_installed(installed, tmp_path):

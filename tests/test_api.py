@@ -1,0 +1,111 @@
+"""The Python API (``ppoor.solve``, ``ppoor.Model``): what it returns passes the tests' own checker,
+gaps follow the given references, and bad input raises the command line's one-line errors."""
+
+import numpy as np
+import pytest
+from checks import check_cvrp_actions, check_tsp_actions
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ppoor.data.datasets import DataError
+from ppoor.models import CheckpointError
+
+import ppoor
+
+
+@pytest.fixture(scope="module")
+def tsp():
+    return ppoor.Model("tsp20", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def cvrp():
+    return ppoor.Model("cvrp20", device="cpu")
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    count=st.integers(1, 4),
+    nodes=st.integers(5, 30),
+    how=st.sampled_from(["greedy", "multi-greedy", "sampling"]),
+    augment=st.sampled_from([1, 8]),
+    seed=st.integers(0, 2**16),
+)
+def test_tsp_tours_are_checked_tours_of_the_given_coordinates(tsp, count, nodes, how, augment, seed):
+    coords = np.random.default_rng(seed).random((count, nodes, 2))
+    result = tsp.solve(coords, decode=how, augment=augment, num_samples=4, seed=seed)
+    assert len(result.tours) == len(result.lengths) == count and result.decode == how
+    for tour, length, points in zip(result.tours, result.lengths, coords, strict=True):
+        assert check_tsp_actions([*tour, tour[0]], points) == pytest.approx(length, rel=1e-6)
+    assert result.mean_gap is None and np.isnan(result.gaps).all()  # no references given
+
+
+@settings(max_examples=8, deadline=None)
+@given(count=st.integers(1, 3), nodes=st.integers(3, 25), capacity=st.integers(10, 40), seed=st.integers(0, 2**16))
+def test_cvrp_routes_from_a_dict_respect_the_capacity(cvrp, count, nodes, capacity, seed):
+    rng = np.random.default_rng(seed)
+    data = {
+        "depot": rng.random((count, 2)),
+        "coords": rng.random((count, nodes, 2)),
+        "demand": rng.integers(1, 10, (count, nodes)),
+        "capacity": capacity,
+    }
+    result = cvrp.solve(data, decode="multi-greedy")
+    for b, (tour, length) in enumerate(zip(result.tours, result.lengths, strict=True)):
+        cost = check_cvrp_actions(tour, data["depot"][b], data["coords"][b], data["demand"][b], capacity)
+        assert cost == pytest.approx(length, rel=1e-6)
+
+
+def test_gaps_follow_the_given_references_and_the_shipped_ones(tsp):
+    coords = np.random.default_rng(3).random((3, 20, 2))
+    first = tsp.solve(coords)
+    references = first.lengths / 1.1  # the tours are 10% above these
+    result = tsp.solve(coords, references=references)
+    assert result.reference_source == "given"
+    assert result.gaps == pytest.approx(np.full(3, 10.0))
+    assert result.mean_gap == pytest.approx(10.0)
+    shipped = ppoor.solve("val", checkpoint="tsp20", num_instances=5, device="cpu")
+    assert shipped.reference_source.startswith("data/reference_lengths/tsp20_val")
+    assert np.isfinite(shipped.gaps).all() and 0 <= shipped.mean_gap < 20
+    with pytest.raises(DataError, match="do not fit these instances"):
+        tsp.solve(coords, references=first.lengths * 2)  # references of other data are refused
+
+
+def test_a_model_is_reused_and_greedy_is_repeatable(tsp):
+    coords = np.random.default_rng(5).random((2, 15, 2))
+    one, two = tsp.solve(coords), tsp.solve(coords[0])
+    assert np.array_equal(one.tours[0], two.tours[0]) and one.lengths[0] == two.lengths[0]
+    assert tsp.problem == "tsp" and tsp.num_nodes == 20 and "tsp20.pt" in repr(tsp)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"data": {"coords": np.zeros((2, 5, 3))}}, DataError, "coords"),
+        ({"data": 5}, DataError, "a set name .test / val., a path or a dict of arrays"),
+        ({"data": "missing.npz"}, DataError, "no such file"),
+        ({"decode": "beam"}, ValueError, "decode must be one of"),
+        ({"augment": 3}, ValueError, "--augment must be 1 or 8"),
+        ({"num_instances": 0}, ValueError, "num_instances must be a whole number of at least 1"),
+        ({"variant": "vrptw"}, ValueError, "does not fit this TSP model"),
+        ({"reference_solver": "pyvrp"}, ValueError, "solves CVRP"),
+        ({"data": {"coords": np.full((1, 5, 2), np.nan)}}, DataError, "instances:"),
+        ({"references": np.ones(3), "num_instances": 2}, DataError, "references holds"),
+    ],
+)
+def test_bad_input_raises_one_line(tsp, options, error, message):
+    options = {"data": "test", "num_instances": 2, **options}
+    with pytest.raises(error, match=message) as raised:
+        tsp.solve(**options)
+    assert "\n" not in str(raised.value)
+
+
+def test_bad_checkpoints_and_problems_raise(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist .the shipped ones: .*tsp20"):
+        ppoor.Model("tsp7")
+    with pytest.raises(CheckpointError, match="CVRP model was asked for"):
+        ppoor.Model("tsp20", problem="cvrp")
+    with pytest.raises(DataError, match="bare coordinates are TSP instances"):
+        ppoor.solve(np.zeros((4, 2)), checkpoint="cvrp20")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        ppoor.Model(tmp_path / "junk.pt")
