@@ -45,11 +45,9 @@ from ppoor.models import (
     Cache,
     CheckpointError,
     StateWrapper,
-    StopRequest,
     keep_freed_memory,
     latest_checkpoint,
     read_checkpoint,
-    save_checkpoint,
 )
 from ppoor.models.distributed_norm import fixed_statistics, recorded_statistics
 from ppoor.models.parallel import (
@@ -59,27 +57,22 @@ from ppoor.models.parallel import (
     gather,
     report_parameter_agreement,
     start_processes,
-    synced,
 )
 from ppoor.models.runs import (
     MAX_SECONDS,
     MAX_THREADS,
     PPO_LIMITS,
+    Run,
     available_memory,
     check_numbers,
     exp_name_problem,
     fail,
-    log_hyperparameters,
     memory_problem,
-    new_run_dir,
     parse_with_presets,
     resume_settings,
-    start_wandb,
     wandb_problem,
 )
-from ppoor.models.runs import progress as progress_text
 from ppoor.search import allowed_starts, augment, decode, forced_actions
-from torch.utils.tensorboard import SummaryWriter
 
 
 @dataclass
@@ -209,8 +202,16 @@ class Args:
 PRESETS = {
     "ppo-or": Args(),
     "rlor": Args(
-        preset="rlor", n_traj=50, multi_start=False, baseline="critic", train_augment=1, learning_rate=1e-3,
-        minibatch_size=128, update_epochs=2, target_kl=None, ent_coef=0.01,
+        preset="rlor",
+        n_traj=50,
+        multi_start=False,
+        baseline="critic",
+        train_augment=1,
+        learning_rate=1e-3,
+        minibatch_size=128,
+        update_epochs=2,
+        target_kl=None,
+        ent_coef=0.01,
     ),  # fmt: skip
 }
 
@@ -555,8 +556,11 @@ def evaluate(agent: Agent, data: dict, batch_size: int, references: np.ndarray |
     return out
 
 
-def main(args: Args, given: set[str] | None = None) -> None:
-    """Trains; ``given``: the fields given on the command line (see ``parse_args``)."""
+def resolve_args(args: Args, given: set[str] | None = None) -> tuple[Args, dict | None, EnvSizes, dict | None]:
+    """The settings ``main`` can trust: a resumed run's own (``given``: the fields given on the command
+    line), defaults that depend on the env filled in, every range and combination checked. Returns
+    (settings, the checkpoint resumed from or None, the env's sizes, --init-from's weights or None);
+    exits with one line naming the argument otherwise."""
     ckpt = None
     if args.resume:
         # checkpoints written before the presets existed were trained with the rlor settings
@@ -568,24 +572,180 @@ def main(args: Args, given: set[str] | None = None) -> None:
     sizes = env_size(args)
     args = with_defaults(args, sizes.starts)
     check_args(args, sizes.starts)
+    problems = []
     if args.track and (problem := wandb_problem()):
-        sys.exit(f"error: --track: {problem}")
-    problem = ENV_IDS[args.env_id]
-    init = initial_weights(args.init_from, problem) if args.init_from and not ckpt else None
+        problems.append(f"--track: {problem}")
+    if args.amp and not (torch.cuda.is_available() and args.cuda):
+        problems.append("--amp (bf16 autocast) needs a CUDA device; drop --amp or use --cuda on a GPU machine")
+    if args.baseline == "shared" and args.num_steps and args.num_steps < sizes.max_episode_steps:
+        problems.append(
+            f"--baseline shared needs whole episodes in a rollout: --num-steps {args.num_steps} is below the "
+            f"{sizes.max_episode_steps} steps an episode may take (drop --num-steps or use --baseline critic)"
+        )
+    fail(problems)
+    init = initial_weights(args.init_from, ENV_IDS[args.env_id]) if args.init_from and not ckpt else None
+    return args, ckpt, sizes, init
 
+
+@dataclass
+class Rollout:
+    """One rollout of M instances x N trajectories over T stored steps (steps where every trajectory
+    had one allowed action are not stored). ``static``: the encoder's inputs [M, ...]; ``steps``: the
+    dynamic states [T, M, N, ...]; ``batch``: ``actions``, ``logprobs``, ``alive`` (the step counts in
+    the loss) [T, M, N], with --multi-start ``weights``, with the critic ``values``, ``rewards``,
+    ``dones`` [T, M, N] and ``next_value`` [M, N]; ``norms``: the batch-norm statistics the rollout's
+    encoding used (--replay-batch-norm); ``env_steps``: steps the env took (stored or not)."""
+
+    static: dict
+    steps: dict
+    batch: dict
+    norms: list
+    env_steps: int
+
+
+def rollout(
+    agent: Agent,
+    envs,
+    wrapper: StateWrapper,
+    obs: dict,
+    episode: dict,
+    start_actions: torch.Tensor,
+    args: Args,
+    autocast,
+) -> tuple[Rollout, dict]:
+    """Steps the envs from ``obs`` for --num-steps steps or to the end of their episodes, encoding
+    each instance once and decoding every step from that cache; adds the rewards to ``episode``'s
+    ``return`` and ``length`` [M, N]. Returns the rollout and the next observation."""
+    critic = args.baseline == "critic"
+    env = envs.unwrapped
+    static = wrapper.static(obs)
+    states, actions, logprobs, values, rewards, dones, alive, weights = ([] for _ in range(8))
+    env_steps = 0
+    replay = recorded_statistics(agent) if args.replay_batch_norm else contextlib.nullcontext([])
+    with torch.no_grad(), autocast, replay as norms:  # with --replay-batch-norm the update normalises alike
+        cache = agent.encode(static) if args.encoder_cache else None
+        for _ in range(args.num_steps or env.max_episode_steps):
+            running = ~env.terminated
+            if not running.any():
+                break
+            env_steps += 1
+            no_choice = None if critic else forced_actions(obs["action_mask"])
+            if no_choice is not None:  # nothing to learn (TSP's last two steps): only its reward counts
+                obs, reward, _, _, _ = envs.step(no_choice)
+                episode["return"] += reward
+                episode["length"] += running
+                continue
+            state = wrapper.state(static, obs)
+            forced = args.multi_start and env.steps == 0
+            first = first_nodes(start_actions, args.num_envs, args.n_traj) if forced else None
+            action, logprob, _, value = agent.get_action_and_value(
+                state, allowed_starts(first, state["action_mask"]) if forced else None, cache=cache, with_value=critic
+            )
+            obs, reward, terminations, _, _ = envs.step(wrapper.numpy(action))
+            episode["return"] += reward
+            episode["length"] += running
+            states.append({k: v for k, v in state.items() if k not in static})
+            actions.append(action)
+            logprobs.append(logprob.float())
+            if critic:
+                values.append(value.float())
+                rewards.append(wrapper.tensor(reward))
+                dones.append(wrapper.tensor(terminations))
+            live = wrapper.tensor(running)
+            alive.append(live & args.train_start if forced else live)
+            if args.multi_start:
+                weights.append(len(start_actions) * logprob.float().exp() if forced else torch.ones_like(logprob))
+        batch = {"actions": torch.stack(actions), "logprobs": torch.stack(logprobs), "alive": torch.stack(alive)}
+        if args.multi_start:
+            batch["weights"] = torch.stack(weights) * batch["alive"]
+        if critic:
+            batch.update(values=torch.stack(values), rewards=torch.stack(rewards), dones=torch.stack(dones))
+            batch["next_value"] = agent.get_value(wrapper.state(static, obs), cache=cache).float()
+    return Rollout(static, stack_states(states), batch, norms, env_steps), obs
+
+
+def add_advantages(batch: dict, episode_return: np.ndarray, args: Args) -> None:
+    """The advantages [T, M, N] of the rollout's ``batch``: GAE over the critic's values (and the
+    returns it learns), or with the shared baseline each trajectory's return ``episode_return``
+    [M, N] (the rollout holds whole episodes) against the mean of its instance's trajectories."""
+    if args.baseline == "critic":
+        values, next_value = batch["values"], batch.pop("next_value")
+        advantages = compute_gae(
+            batch.pop("rewards"), values, batch.pop("dones"), next_value, args.gamma, args.gae_lambda
+        )
+        batch["advantages"], batch["returns"] = advantages, advantages + values
+    else:
+        returns = torch.as_tensor(episode_return, dtype=torch.float32, device=batch["actions"].device)
+        batch["advantages"] = shared_advantages(returns, args.train_augment).expand(len(batch["actions"]), -1, -1)
+
+
+def training_state(run: Run, agent: Agent, optimizer, envs, args: Args) -> dict:
+    """What a checkpoint holds beside the run's state: the model, the optimizer, the settings and
+    every process's RNG states (gathered from all of them: call it on every process)."""
+    rng = {"torch": torch.get_rng_state(), "env": envs.unwrapped.rng.bit_generator.state}
+    if run.device is not None and run.device.type == "cuda":
+        rng["cuda"] = torch.cuda.get_rng_state(run.device)
+    return {
+        "problem": agent.problem,
+        "num_nodes": args.num_nodes,
+        "model_config": {},
+        "model": agent.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "args": asdict(args),
+        "rank_rng": gather(rng, run.world_size),
+    }
+
+
+def restore(ckpt: dict, agent: Agent, optimizer, envs, rank: int, device: torch.device) -> None:
+    """Loads a checkpoint's model, optimizer and this process's RNG states."""
+    agent.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    rng = ckpt["rank_rng"][rank]
+    torch.set_rng_state(rng["torch"])
+    if device.type == "cuda" and "cuda" in rng:
+        torch.cuda.set_rng_state(rng["cuda"], device)
+    envs.unwrapped.rng.bit_generator.state = rng["env"]
+
+
+def log_iteration(run: Run, args: Args, data: Rollout, episode: dict, stats: dict, lr: float, times: tuple) -> str:
+    """Logs an iteration's charts (``lr``: its learning rate; ``times``: rollout and update seconds) and
+    losses; returns its line."""
+    sps = int((run.global_step - run.start_step) / (time.time() - run.start_time))
+    run.log("charts/learning_rate", lr)
+    for name, value in stats.items():
+        run.log(f"losses/{name}", value)
+    if args.baseline == "critic":
+        live = data.batch["alive"].flatten()
+        y_pred, y_true = data.batch["values"].flatten()[live], data.batch["returns"].flatten()[live]
+        var_y = y_true.var()
+        run.log("losses/explained_variance", np.nan if var_y == 0 else (1 - (y_true - y_pred).var() / var_y).item())
+    run.log("charts/SPS", sps)
+    run.log("charts/node_selections_per_second", sps * args.n_traj)
+    run.log("charts/rollout_seconds", times[0])
+    run.log("charts/update_seconds", times[1])
+    line = (
+        f"iteration={run.iteration} global_step={run.global_step} SPS={sps} node_selections/s={sps * args.n_traj} "
+        f"rollout={times[0]:.2f}s update={times[1]:.2f}s"
+    )
+    if episode["done"]:
+        tour_length = -episode["return"]
+        line += f" tour_length={tour_length.mean():.4f} best_tour_length={tour_length.min(1).mean():.4f}"
+    return line
+
+
+def main(args: Args, given: set[str] | None = None) -> None:
+    """Trains; ``given``: the fields given on the command line (see ``parse_args``)."""
+    args, ckpt, sizes, init = resolve_args(args, given)
+    problem = ENV_IDS[args.env_id]
     # data-parallel setup: torchrun sets WORLD_SIZE, RANK and LOCAL_RANK; a plain run is rank 0 of 1
-    use_cuda = torch.cuda.is_available() and args.cuda
-    if args.amp and not use_cuda:
-        sys.exit("error: --amp (bf16 autocast) needs a CUDA device; drop --amp or use --cuda on a GPU machine")
-    world_size, rank, device = start_processes(use_cuda)
+    world_size, rank, device = start_processes(torch.cuda.is_available() and args.cuda)
     if ckpt and len(ckpt["rank_rng"]) != world_size:
         sys.exit(f"error: --resume: the checkpoint was written by {len(ckpt['rank_rng'])} processes, not {world_size}")
     if world_size > 1 and not args.encoder_cache:
         sys.exit("error: --no-encoder-cache is a single-process benchmark baseline; it cannot run data-parallel")
-    is_main = rank == 0
-    steps_bound = args.num_steps or sizes.max_episode_steps
-    chunk = chunk_rows(args, sizes.actions, steps_bound, device)
-    if too_big := memory_problem(training_memory(args, sizes.actions, steps_bound, chunk), device, "this run"):
+    chunk = chunk_rows(args, sizes.actions, args.num_steps or sizes.max_episode_steps, device)
+    needed = training_memory(args, sizes.actions, args.num_steps or sizes.max_episode_steps, chunk)
+    if too_big := memory_problem(needed, device, "this run"):
         sys.exit(f"error: {too_big} (--num-envs {args.num_envs} x --n-traj {args.n_traj} at --num-nodes "
                  f"{args.num_nodes}, updates of {chunk} instances at once: lower --num-envs or --update-chunk)")  # fmt: skip
 
@@ -606,15 +766,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
         num_nodes=args.num_nodes,
         n_traj=args.n_traj,
     )
-    num_steps = args.num_steps or envs.max_episode_steps
-    if args.baseline == "shared" and num_steps < envs.max_episode_steps:
-        sys.exit(
-            f"error: --baseline shared needs whole episodes in a rollout: --num-steps {num_steps} is below the "
-            f"{envs.max_episode_steps} steps an episode may take (drop --num-steps or use --baseline critic)"
-        )
     wrapper = StateWrapper(problem, device)
     val_data, val_references = None, None
-    if args.eval_interval and is_main:
+    if args.eval_interval and rank == 0:
         val_data = standard_dataset(problem, args.num_nodes, "val", args.eval_instances, ENV_VARIANTS.get(args.env_id))
         val_references = kool_references(problem, args.num_nodes, "val", args.eval_instances, "runs/references")
     start_actions = torch.as_tensor(envs.unwrapped.start_actions, device=device)
@@ -627,264 +781,97 @@ def main(args: Args, given: set[str] | None = None) -> None:
         return envs.reset(options=augment(drawn, args.train_augment))[0]
 
     agent = Agent(problem).to(device)
-    if init and not ckpt:
+    if init:
         agent.load_state_dict(init["model"])
     torch.manual_seed(args.seed + rank)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
-    global_step, iteration, elapsed, lr_scale = 0, 0, 0.0, 1.0
     next_obs, _ = envs.reset(seed=args.seed + rank)  # seeds the env's generator
     if args.train_augment > 1:
         next_obs = new_episodes()
     if ckpt:
-        agent.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        global_step, iteration = ckpt["global_step"], ckpt["iteration"]
-        elapsed, lr_scale = ckpt.get("elapsed_seconds", 0.0), ckpt.get("lr_scale", 1.0)
-        rng = ckpt["rank_rng"][rank]
-        torch.set_rng_state(rng["torch"])
-        if use_cuda and "cuda" in rng:
-            torch.cuda.set_rng_state(rng["cuda"], device)
-        envs.unwrapped.rng.bit_generator.state = rng["env"]
+        restore(ckpt, agent, optimizer, envs, rank, device)
         next_obs = new_episodes()  # the episode in progress at the checkpoint starts afresh
-
-    # the run folder: a new one of its own (never shared with a run started in the same second)
-    if ckpt:
-        run_name = ckpt["run_name"]
-    else:
-        run_name = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}")[0] if is_main else None
-        if world_size > 1:
-            shared = [run_name]
-            dist.broadcast_object_list(shared, src=0)
-            run_name = shared[0]
-    run_dir = os.path.join("runs", run_name)
-    writer = None
-    if is_main:
-        if args.track:
-            start_wandb(args, run_name)
-        writer = SummaryWriter(run_dir, purge_step=global_step if ckpt else None)
-        if not ckpt:
-            log_hyperparameters(writer, run_dir, args, world_size=world_size)
-
-    def write_checkpoint() -> str | None:
-        """Every process hands in its RNG states; the main process writes the file."""
-        rng = {"torch": torch.get_rng_state(), "env": envs.unwrapped.rng.bit_generator.state}
-        if use_cuda:
-            rng["cuda"] = torch.cuda.get_rng_state(device)
-        rank_rng = gather(rng, world_size)
-        if not is_main:
-            return None
-        path = os.path.join(run_dir, "ckpt", f"{iteration}.pt")
-        payload = {
-            "problem": problem,
-            "num_nodes": args.num_nodes,
-            "model_config": {},
-            "model": agent.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "args": asdict(args),
-            "run_name": run_name,
-            "global_step": global_step,
-            "iteration": iteration,
-            "elapsed_seconds": elapsed,
-            "lr_scale": lr_scale,
-            "world_size": world_size,
-            "rank_rng": rank_rng,
-        }
-        save_checkpoint(payload, path)
-        return path
-
-    def log(tag: str, value) -> None:
-        if writer is not None:
-            writer.add_scalar(tag, value, global_step)
-
-    first_iteration = iteration
-    if is_main:
-        estimate = iteration + math.ceil(
-            max(0, args.total_timesteps - global_step) / (args.num_envs * world_size * envs.max_episode_steps)
+    run = Run(args, f"{args.env_id}__{args.exp_name}__{args.seed}", ckpt, rank, world_size, device)
+    if run.is_main:
+        estimate = run.iteration + math.ceil(
+            max(0, args.total_timesteps - run.global_step) / (args.num_envs * world_size * sizes.max_episode_steps)
         )
         budget = f", at most {args.total_seconds:g} s" if args.total_seconds else ""
         print(
             f"ppo_or: {args.env_id} n={args.num_nodes}, preset {args.preset}, {args.num_envs} instances x "
             f"{args.n_traj} trajectories per rollout x {world_size} process(es), {device}, "
-            f"{torch.get_num_threads()} threads\nrun {run_dir}: {args.total_timesteps:,} steps (up to {estimate:,} "
+            f"{torch.get_num_threads()} threads\nrun {run.dir}: {args.total_timesteps:,} steps (up to {estimate:,} "
             f"iterations{budget}); checkpoints every {args.checkpoint_interval} iterations and "
             f"{args.checkpoint_seconds:g} s; evaluation every {args.eval_interval} iterations (0 = never)",
             flush=True,
         )
         if ckpt:
-            print(f"resuming from {args.resume} at iteration {iteration}", flush=True)
-
-    def progress() -> str:
-        return progress_text(
-            iteration - first_iteration, iteration, global_step - start_step, args.total_timesteps - global_step,
-            time.time() - start_time, elapsed, args.total_seconds,
-        )  # fmt: skip
-
-    stop = StopRequest()
+            print(f"resuming from {args.resume} at iteration {run.iteration}", flush=True)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)
-    episode_return = np.zeros((args.num_envs, args.n_traj))
-    episode_length = np.zeros((args.num_envs, args.n_traj), dtype=np.int64)
-    critic = args.baseline == "critic"
-    start_time, start_step, clock = time.time(), global_step, time.time() - elapsed
+    episode = {"return": np.zeros((args.num_envs, args.n_traj)), "length": np.zeros((args.num_envs, args.n_traj), int)}
 
-    def next_wall_mark(seconds: float) -> float:
-        """The first multiple of --checkpoint-seconds after ``seconds`` (never with 0)."""
-        step = args.checkpoint_seconds
-        return (seconds // step + 1) * step if step else float("inf")
-
-    next_wall_checkpoint = next_wall_mark(elapsed)
-
-    def out_of_time() -> bool:
-        return args.total_seconds is not None and elapsed >= args.total_seconds
-
-    while global_step < args.total_timesteps and not out_of_time() and not stop.requested:
-        iteration += 1
-        if args.anneal_lr:
-            done = global_step / args.total_timesteps
-            if args.total_seconds is not None:
-                done = max(done, elapsed / args.total_seconds)
-            optimizer.param_groups[0]["lr"] = max(0.0, 1.0 - done) * args.learning_rate * lr_scale
-        else:
-            optimizer.param_groups[0]["lr"] = args.learning_rate * lr_scale
+    while run.going():
+        run.iteration += 1
+        optimizer.param_groups[0]["lr"] = run.learning_rate()
 
         # rollout: encode each instance once, decode every step from the cache
         rollout_start = time.time()
         if envs.unwrapped.terminated.all():
             next_obs = new_episodes()
-            episode_return[:], episode_length[:] = 0, 0
-        static = wrapper.static(next_obs)
-        states, actions, logprobs, values, rewards, dones, alive, weights = [], [], [], [], [], [], [], []
-        env_steps = 0
-        replay = recorded_statistics(agent) if args.replay_batch_norm else contextlib.nullcontext([])
-        with torch.no_grad(), autocast, replay as norms:  # with --replay-batch-norm the update normalises alike
-            cache = agent.encode(static) if args.encoder_cache else None
-            for _ in range(num_steps):
-                running = ~envs.unwrapped.terminated
-                if not running.any():
-                    break
-                env_steps += 1
-                no_choice = None if critic else forced_actions(next_obs["action_mask"])
-                if no_choice is not None:  # nothing to learn (TSP's last two steps): only its reward counts
-                    next_obs, reward, _, _, _ = envs.step(no_choice)
-                    episode_return += reward
-                    episode_length += running
-                    continue
-                state = wrapper.state(static, next_obs)
-                forced = args.multi_start and envs.unwrapped.steps == 0
-                action, logprob, _, value = agent.get_action_and_value(
-                    state,
-                    allowed_starts(first_nodes(start_actions, args.num_envs, args.n_traj), state["action_mask"])
-                    if forced
-                    else None,
-                    cache=cache,
-                    with_value=critic,
-                )
-                next_obs, reward, terminations, _, _ = envs.step(wrapper.numpy(action))
-                episode_return += reward
-                episode_length += running
-                states.append({k: v for k, v in state.items() if k not in static})
-                actions.append(action)
-                logprobs.append(logprob.float())
-                if critic:
-                    values.append(value.float())
-                    rewards.append(wrapper.tensor(reward))
-                    dones.append(wrapper.tensor(terminations))
-                live = wrapper.tensor(running)
-                alive.append(live & args.train_start if forced else live)
-                if args.multi_start:
-                    weights.append(len(start_actions) * logprob.float().exp() if forced else torch.ones_like(logprob))
-            if critic:
-                next_value = agent.get_value(wrapper.state(static, next_obs), cache=cache).float()
+            episode["return"][:], episode["length"][:] = 0, 0
+        data, next_obs = rollout(agent, envs, wrapper, next_obs, episode, start_actions, args, autocast)
         # instance-steps of every process (CVRP rollouts end at different steps on each)
-        global_step += int(all_sum(torch.tensor(env_steps * args.num_envs, device=device)).item())
-        episode_done = envs.unwrapped.terminated.all()
-        if episode_done:
-            tour_length = -episode_return
-            log("charts/episodic_return", episode_return.mean())
-            log("charts/episodic_length", episode_length.mean())
-            log("charts/tour_length", tour_length.mean())
-            log("charts/best_tour_length", tour_length.min(1).mean())
+        run.global_step += int(all_sum(torch.tensor(data.env_steps * args.num_envs, device=device)).item())
+        episode["done"] = envs.unwrapped.terminated.all()
+        if episode["done"]:
+            tour_length = -episode["return"]
+            run.log("charts/episodic_return", episode["return"].mean())
+            run.log("charts/episodic_length", episode["length"].mean())
+            run.log("charts/tour_length", tour_length.mean())
+            run.log("charts/best_tour_length", tour_length.min(1).mean())
             for tag, value in envs.unwrapped.episode_statistics().items():  # e.g. VRP: early_return_fraction
-                log(f"charts/{tag}", value)
-        steps = stack_states(states)
-        batch = {"actions": torch.stack(actions), "logprobs": torch.stack(logprobs), "alive": torch.stack(alive)}
-        if args.multi_start:
-            batch["weights"] = torch.stack(weights) * batch["alive"]
-        if critic:
-            batch["values"] = torch.stack(values)
-            rewards, dones = torch.stack(rewards), torch.stack(dones)
-            advantages = compute_gae(rewards, batch["values"], dones, next_value, args.gamma, args.gae_lambda)
-            batch["advantages"], batch["returns"] = advantages, advantages + batch["values"]
-        else:  # the shared baseline's rollouts are whole episodes: episode_return is each trajectory's return
-            advantages = shared_advantages(
-                torch.as_tensor(episode_return, dtype=torch.float32, device=device), args.train_augment
-            )
-            batch["advantages"] = advantages.expand(len(states), -1, -1)
+                run.log(f"charts/{tag}", value)
+        add_advantages(data.batch, episode["return"], args)
         rollout_time = time.time() - rollout_start
 
         # optimizing the policy and value network over minibatches of instances
         update_start = time.time()
-        with fixed_statistics(agent, norms):  # empty without --replay-batch-norm: the minibatch's own statistics
-            stats = ppo_update(agent, optimizer, static, steps, batch, args, chunk, autocast)
+        with fixed_statistics(agent, data.norms):  # empty without --replay-batch-norm: the minibatch's own statistics
+            stats = ppo_update(agent, optimizer, data.static, data.steps, data.batch, args, chunk, autocast)
             if args.target_kl is not None:  # the KL the update reached, on a sample of the rollout
                 with torch.no_grad(), autocast:
                     sample = torch.randperm(args.num_envs)[: min(chunk, KL_SAMPLE)].to(device)
-                    stats["update_kl"] = ppo_loss(agent, static, steps, batch, sample, args)[1]["approx_kl"]
-                lr_scale = steer_learning_rate(lr_scale, stats["update_kl"], args.target_kl)
+                    stats["update_kl"] = ppo_loss(agent, data.static, data.steps, data.batch, sample, args)[1][
+                        "approx_kl"
+                    ]
+                run.lr_scale = steer_learning_rate(run.lr_scale, stats["update_kl"], args.target_kl)
         update_time = time.time() - update_start
-        elapsed = synced(time.time() - clock, device)
+        run.tick()
 
-        sps = int((global_step - start_step) / (time.time() - start_time))
-        log("charts/learning_rate", optimizer.param_groups[0]["lr"])
-        for name, value in stats.items():
-            log(f"losses/{name}", value)
-        if critic:
-            live = batch["alive"].flatten()
-            y_pred, y_true = batch["values"].flatten()[live], batch["returns"].flatten()[live]
-            var_y = y_true.var()
-            log("losses/explained_variance", np.nan if var_y == 0 else (1 - (y_true - y_pred).var() / var_y).item())
-        log("charts/SPS", sps)
-        log("charts/node_selections_per_second", sps * args.n_traj)
-        log("charts/rollout_seconds", rollout_time)
-        log("charts/update_seconds", update_time)
-        line = (
-            f"iteration={iteration} global_step={global_step} SPS={sps} node_selections/s={sps * args.n_traj} "
-            f"rollout={rollout_time:.2f}s update={update_time:.2f}s"
-        )
-        if episode_done:
-            line += f" tour_length={tour_length.mean():.4f} best_tour_length={tour_length.min(1).mean():.4f}"
-
-        if is_main and args.eval_interval and iteration % args.eval_interval == 0:
+        lr = optimizer.param_groups[0]["lr"]
+        line = log_iteration(run, args, data, episode, stats, lr, (rollout_time, update_time))
+        if run.is_main and args.eval_interval and run.iteration % args.eval_interval == 0:
             for tag, value in evaluate(agent, val_data, args.eval_batch_size, val_references).items():
-                log(tag, value)
+                run.log(tag, value)
                 line += f" {tag}={value:.4f}"
-        if is_main:
-            print(line + progress(), flush=True)
-        stop.synchronize(device)
-        wall_checkpoint = elapsed >= next_wall_checkpoint
-        if wall_checkpoint:
-            next_wall_checkpoint = next_wall_mark(elapsed)
-        if args.checkpoint_interval and iteration % args.checkpoint_interval == 0 or wall_checkpoint:
-            if not stop.requested and not out_of_time() and global_step < args.total_timesteps:
-                write_checkpoint()
+        if run.is_main:
+            print(line + run.progress(), flush=True)
+        if run.checkpoint_due():
+            run.save(training_state(run, agent, optimizer, envs, args))
 
-    if stop.requested:
-        path = write_checkpoint()
-        if is_main:
-            print(f"stopped: checkpoint {path}; continue with --resume", flush=True)
-            writer.close()
-        finish_processes(world_size)
-        sys.exit(130)
-    if is_main and args.eval_interval:
+    if run.stop.requested:
+        run.stopped(run.save(training_state(run, agent, optimizer, envs, args)))
+    if run.is_main and args.eval_interval:
         results = evaluate(agent, val_data, args.eval_batch_size, val_references)
         for tag, value in results.items():
-            log(tag, value)
+            run.log(tag, value)
         print("final evaluation: " + " ".join(f"{tag}={value:.4f}" for tag, value in results.items()), flush=True)
-    path = write_checkpoint()
+    path = run.save(training_state(run, agent, optimizer, envs, args))
     if world_size > 1:
-        report_parameter_agreement(agent, is_main)
-    if is_main:
+        report_parameter_agreement(agent, run.is_main)
+    if run.is_main:
         print(f"final checkpoint: {path}", flush=True)
-        writer.close()
+    run.close()
     envs.close()
     finish_processes(world_size)
 

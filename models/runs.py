@@ -291,3 +291,143 @@ def write_json(path: str, data, indent: int | None = 1) -> None:
     with open(path + ".tmp", "w") as f:
         json.dump(data, f, indent=indent)
     os.replace(path + ".tmp", path)
+
+
+class Run:
+    """A training run's plumbing, so that a trainer's ``main`` holds the algorithm and little else.
+
+    Opens the run folder (``runs/{stem}__{time}``, or the resumed run's), the tensorboard writer, wandb
+    (``--track``) and the hyperparameter log (``extra`` joins ``args.json``); holds the training state
+    every checkpoint carries (``iteration``, ``global_step``, ``elapsed`` seconds over all sessions,
+    ``lr_scale`` of the trust region) restored from ``ckpt``; anneals the learning rate; says when the
+    budget is spent, when a checkpoint is due (every --checkpoint-interval iterations and
+    --checkpoint-seconds of training) and whether the run goes on; saves checkpoints atomically; and
+    ends the run on a stop request (Ctrl-C, SIGTERM) or at the budget. In data-parallel runs every
+    process holds one (the same state); only ``rank`` 0 writes files. ``reserve``: seconds of
+    --total-seconds kept for work after the loop (ppo_flatland.py's release data)."""
+
+    def __init__(self, args, stem: str, ckpt: dict | None = None, rank: int = 0, world_size: int = 1,
+                 device: torch.device | None = None, reserve: float = 0.0, **extra):  # fmt: skip
+        from ppoor.models.runtime import StopRequest
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.args, self.rank, self.world_size, self.device, self.reserve = args, rank, world_size, device, reserve
+        self.is_main = rank == 0
+        state = ckpt or {}
+        self.iteration: int = state.get("iteration", 0)
+        self.global_step: int = state.get("global_step", 0)
+        self.elapsed: float = state.get("elapsed_seconds", 0.0)
+        self.lr_scale: float = state.get("lr_scale", 1.0)
+        self.first_iteration, self.start_step = self.iteration, self.global_step
+        if ckpt:
+            self.name = ckpt["run_name"]
+        else:
+            self.name = new_run_dir(stem)[0] if self.is_main else None
+            if world_size > 1:  # every process writes into the main process's folder
+                import torch.distributed as dist
+
+                shared = [self.name]
+                dist.broadcast_object_list(shared, src=0)
+                self.name = shared[0]
+        self.dir = os.path.join("runs", self.name)
+        self.writer = None
+        if self.is_main:
+            if args.track:
+                start_wandb(args, self.name)
+            self.writer = SummaryWriter(self.dir, purge_step=self.global_step if ckpt else None)
+            if not ckpt:
+                log_hyperparameters(self.writer, self.dir, args, world_size=world_size, **extra)
+        self.stop = StopRequest()
+        self.start_time = time.time()
+        self.clock = self.start_time - self.elapsed
+        self.next_wall_checkpoint = self.next_wall_mark(self.elapsed)
+
+    def log(self, tag: str, value, step: int | None = None) -> None:
+        """A tensorboard scalar at the current global step (the main process only)."""
+        if self.writer is not None:
+            self.writer.add_scalar(tag, value, self.global_step if step is None else step)
+
+    def learning_rate(self) -> float:
+        """--learning-rate x the trust region's scale, annealed linearly to 0 over the budget (the larger
+        of the steps and the seconds done) with --anneal-lr."""
+        rate = self.args.learning_rate * self.lr_scale
+        if not self.args.anneal_lr:
+            return rate
+        done = self.global_step / self.args.total_timesteps
+        if self.args.total_seconds is not None:
+            done = max(done, self.elapsed / self.args.total_seconds)
+        return max(0.0, 1.0 - done) * rate
+
+    def out_of_time(self) -> bool:
+        """--total-seconds (less the reserve) is spent."""
+        return self.args.total_seconds is not None and self.elapsed + self.reserve >= self.args.total_seconds
+
+    def going(self) -> bool:
+        """Whether another iteration runs: steps and seconds left, and no stop requested."""
+        return self.global_step < self.args.total_timesteps and not self.out_of_time() and not self.stop.requested
+
+    def tick(self) -> None:
+        """Ends an iteration's timing: ``elapsed`` is the largest over the processes."""
+        from ppoor.models.parallel import synced
+
+        self.elapsed = synced(time.time() - self.clock, self.device)
+
+    def next_wall_mark(self, seconds: float) -> float:
+        """The first multiple of --checkpoint-seconds after ``seconds`` (never with 0)."""
+        step = self.args.checkpoint_seconds
+        return (seconds // step + 1) * step if step else float("inf")
+
+    def checkpoint_due(self) -> bool:
+        """After an iteration: every --checkpoint-interval iterations, or once --checkpoint-seconds
+        passed since the last; never at the end of the run (which writes its own). Synchronizes the
+        processes' stop requests."""
+        if self.device is not None:
+            self.stop.synchronize(self.device)
+        wall = self.elapsed >= self.next_wall_checkpoint
+        if wall:
+            self.next_wall_checkpoint = self.next_wall_mark(self.elapsed)
+        interval = self.args.checkpoint_interval and self.iteration % self.args.checkpoint_interval == 0
+        return bool(interval or wall) and self.going()
+
+    def progress(self) -> str:
+        """The end of the iteration line: k/K iterations, elapsed, ETA."""
+        return progress(
+            self.iteration - self.first_iteration, self.iteration, self.global_step - self.start_step,
+            self.args.total_timesteps - self.global_step, time.time() - self.start_time, self.elapsed,
+            self.args.total_seconds, self.reserve,
+        )  # fmt: skip
+
+    def save(self, payload: dict) -> str | None:
+        """Writes ``payload`` with the run's state as ``ckpt/{iteration}.pt`` atomically (the main
+        process); returns its path (None elsewhere)."""
+        if not self.is_main:
+            return None
+        from ppoor.models.checkpoints import save_checkpoint
+
+        path = os.path.join(self.dir, "ckpt", f"{self.iteration}.pt")
+        save_checkpoint({**payload, **self.state()}, path)
+        return path
+
+    def state(self) -> dict:
+        return {
+            "run_name": self.name,
+            "global_step": self.global_step,
+            "iteration": self.iteration,
+            "elapsed_seconds": self.elapsed,
+            "lr_scale": self.lr_scale,
+            "world_size": self.world_size,
+        }
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    def stopped(self, path: str | None) -> None:
+        """Ends a run asked to stop: says where its checkpoint is, exit status 130."""
+        from ppoor.models.parallel import finish_processes
+
+        if self.is_main:
+            print(f"stopped: checkpoint {path}; continue with --resume", flush=True)
+        self.close()
+        finish_processes(self.world_size)
+        sys.exit(130)
