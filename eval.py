@@ -158,7 +158,8 @@ def print_classes(names: list, gaps: np.ndarray) -> None:
         )
 
 
-def main(args: Args) -> None:
+def main(args: Args, given: set[str] | None = None) -> None:
+    """Evaluates (``given``, the fields given on the command line, is unused: nothing resumes)."""
     check_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -138,7 +138,8 @@ def check_args(args: Args) -> list[tuple[int, int, int]]:
     return sizes
 
 
-def main(args: Args) -> None:
+def main(args: Args, given: set[str] | None = None) -> None:
+    """Evaluates (``given``, the fields given on the command line, is unused: nothing resumes)."""
     sizes = check_args(args)
     torch.set_num_threads(args.threads)
     keep_freed_memory()

@@ -122,9 +122,8 @@ def judge(args: Args, problem: dict) -> int:
     return 0 if attempt.success else 1
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    args = tyro.cli(Args, args=argv)
+def main(args: Args, given: set[str] | None = None) -> None:
+    """Evaluates the methods (``given``, the fields given on the command line, is unused: nothing resumes)."""
     problems_found = check_args(args, LIMITS)
     needs_planner = [m for m in args.methods if m in NEED_PLANNER and not args.judge]
     if args.judge is not None:
@@ -234,8 +233,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def cli() -> None:
-    main()
+    """The ``ppo-or-rlea-eval`` console command."""
+    main(tyro.cli(Args))
 
 
 if __name__ == "__main__":
-    main()
+    cli()

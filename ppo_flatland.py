@@ -43,25 +43,21 @@ import torch
 import tyro
 from ppoor.envs.rail import STOP, RailDecisionEnv
 from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
-from ppoor.models import StopRequest, keep_freed_memory, save_checkpoint
+from ppoor.models import StopRequest, keep_freed_memory
 from ppoor.models.rail import POLICY_INPUTS, RailPolicy, ReleaseClassifier, mask_logits
 from ppoor.models.runs import (
     MAX_SECONDS,
     MAX_THREADS,
     PPO_LIMITS,
+    Run,
     check_numbers,
     exp_name_problem,
     fail,
     given_fields,
-    log_hyperparameters,
-    new_run_dir,
     resume_settings,
-    start_wandb,
     wandb_problem,
 )
-from ppoor.models.runs import progress as progress_text
 from ppoor.search.rail import learned_release, play, policy_rule, shortest_path_rule, waiting_features
-from torch.utils.tensorboard import SummaryWriter
 
 VAL_SEED = 1_000_000  # validation maps: seeds VAL_SEED, VAL_SEED + 1, ...
 
@@ -436,8 +432,9 @@ RESUME_OVERRIDES = ("total_timesteps", "total_seconds", "checkpoint_interval", "
 """The arguments a resumed run may change; any other one given must equal the checkpoint's."""
 
 
-def main(args: Args, given: set[str] | None = None) -> None:
-    """Trains; ``given``: the fields given on the command line (``models.runs.given_fields``)."""
+def resolve_args(args: Args, given: set[str] | None = None) -> tuple[Args, dict | None]:
+    """The settings ``main`` can trust (a resumed run's own; ``given``: the fields given on the command
+    line) and the checkpoint resumed from; exits with one line naming the argument otherwise."""
     ckpt = None
     if args.resume:  # older runs had no safety layer
         args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, {"safety": False}, "ppo_flatland.py")
@@ -446,6 +443,118 @@ def main(args: Args, given: set[str] | None = None) -> None:
     check_args(args)
     if args.track and (problem := wandb_problem()):
         sys.exit(f"error: --track: {problem}")
+    return args, ckpt
+
+
+def training_batch(roll: dict, args: Args) -> dict:
+    """A rollout's decision steps as flat tensors [S * B, trains] (``obs``: the policy's inputs), with
+    the advantages over each train's own decisions and the returns the value head learns."""
+    deciding = np.stack(roll["deciding"])
+    values = torch.stack(roll["values"]).numpy()
+    advantages = train_advantages(
+        np.stack(roll["rewards"]), values, deciding, np.stack(roll["finished_after"]), roll["last_values"],
+        args.gamma, args.gae_lambda,
+    )  # fmt: skip
+    b = {
+        "obs": {key: torch.cat([s[key] for s in roll["stored"]]) for key in POLICY_INPUTS},  # [S * B, T, ...]
+        "mask": torch.as_tensor(deciding.reshape(-1, args.trains)),
+        "actions": torch.stack(roll["actions"]).reshape(-1, args.trains),
+        "logprobs": torch.stack(roll["logprobs"]).reshape(-1, args.trains),
+        "values": torch.as_tensor(values.reshape(-1, args.trains)),
+        "advantages": torch.as_tensor(advantages.reshape(-1, args.trains), dtype=torch.float32),
+    }
+    b["returns"] = b["advantages"] + b["values"]
+    return b
+
+
+def ppo_update(policy: RailPolicy, optimizer, b: dict, args: Args) -> dict:
+    """--update-epochs passes over the decision steps in --num-minibatches minibatches, PPO's clipped
+    objective over the trains that decide (``b["mask"]``); stops after an epoch whose last minibatch
+    moved the policy more than --target-kl. Returns the last minibatch's losses and the mean clip fraction."""
+    rows = len(b["mask"])
+    minibatch = max(1, rows // args.num_minibatches)
+    clipfracs, stats = [], {}
+    for _epoch in range(args.update_epochs):
+        order = torch.randperm(rows)
+        for start in range(0, rows, minibatch):
+            idx = order[start : start + minibatch]
+            mask = b["mask"][idx].float()
+            count = mask.sum().clamp(min=1)
+            logits, newvalue = policy(*(b["obs"][key][idx] for key in POLICY_INPUTS))
+            dist = torch.distributions.Categorical(logits=logits)
+            newlogprob, entropy = dist.log_prob(b["actions"][idx]), dist.entropy()
+            logratio = newlogprob - b["logprobs"][idx]
+            ratio = logratio.exp()
+            with torch.no_grad():
+                approx_kl = (((ratio - 1) - logratio) * mask).sum() / count
+                clipfracs.append(((((ratio - 1.0).abs() > args.clip_coef).float() * mask).sum() / count).item())
+            mb_advantages = b["advantages"][idx]
+            if args.norm_adv:
+                mean = (mb_advantages * mask).sum() / count
+                std = ((((mb_advantages - mean) ** 2) * mask).sum() / count).sqrt()
+                mb_advantages = (mb_advantages - mean) / (std + 1e-8)
+            clipped = torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+            pg_loss = (torch.max(-mb_advantages * ratio, -mb_advantages * clipped) * mask).sum() / count
+            values, returns = b["values"][idx], b["returns"][idx]
+            if args.clip_vloss:
+                v_clipped = values + torch.clamp(newvalue - values, -args.clip_coef, args.clip_coef)
+                v_loss = torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2)
+            else:
+                v_loss = (newvalue - returns) ** 2
+            v_loss = 0.5 * (v_loss * mask).sum() / count
+            entropy_loss = (entropy * mask).sum() / count
+            loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
+            optimizer.step()
+            stats = {
+                "policy_loss": pg_loss.item(),
+                "value_loss": v_loss.item(),
+                "entropy": entropy_loss.item(),
+                "approx_kl": approx_kl.item(),
+            }
+        if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
+            break
+    return {**stats, "clipfrac": float(np.mean(clipfracs))}
+
+
+def learn_release(policy: RailPolicy, args: Args, rng: np.random.Generator, stop: StopRequest) -> dict:
+    """Trains the release classifier on --release-episodes of the final policy and chooses its threshold on
+    the validation maps; returns what the checkpoint keeps of it (nothing when stopped)."""
+    kept = {}
+    if trained := train_release_classifier(policy, args, rng, stop):
+        classifier, figures = trained
+        print(
+            f"release classifier: {figures['samples']} releases from {args.release_episodes} episodes "
+            f"({figures['arrived_share']:.0%} arrived), training accuracy {figures['accuracy']:.3f}",
+            flush=True,
+        )
+        kept.update(release_model=classifier.state_dict(), release_config=classifier.shape)
+        if args.eval_episodes and "threshold" in (chosen := choose_threshold(policy, classifier, args, stop)):
+            kept["release_threshold"] = chosen["threshold"]
+            print(f"release threshold {chosen['threshold']:g} kept (chosen on the validation maps)", flush=True)
+    return kept
+
+
+def training_state(policy: RailPolicy, optimizer, model_config: dict, rng, args: Args, extra: dict) -> dict:
+    """What a checkpoint holds beside the run's state: the policy, the optimizer, the settings, the RNG
+    states and ``extra`` (episodes played, the best policy so far, the release classifier)."""
+    return {
+        "problem": "rail",
+        "num_nodes": args.trains,
+        "model_config": model_config,
+        "model": policy.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "args": asdict(args),
+        "rng": {"torch": torch.get_rng_state(), "numpy": rng.bit_generator.state},
+        **extra,
+    }
+
+
+def main(args: Args, given: set[str] | None = None) -> None:
+    """Trains; ``given``: the fields given on the command line (``models.runs.given_fields``)."""
+    args, ckpt = resolve_args(args, given)
 
     # seeding
     random.seed(args.seed)
@@ -459,9 +568,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
 
     # env setup: one simulator per map, each playing one episode per iteration
     envs = [make_env(args) for _ in range(args.num_envs)]
-    slots = edge_slots(args.tree_depth)
     model_config = {
-        "edge_slots": slots,
+        "edge_slots": edge_slots(args.tree_depth),
         "edge_features": len(EDGE_FEATURES),
         "global_features": len(GLOBAL_FEATURES),
         "hidden": args.hidden,
@@ -469,244 +577,100 @@ def main(args: Args, given: set[str] | None = None) -> None:
     }
     policy = RailPolicy(**model_config)
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate, eps=1e-5)
-    global_step, iteration, elapsed, episodes = 0, 0, 0.0, 0
+    # episodes played, the policy with the best validation arrival rate so far (--keep-best), the release classifier
+    kept = {"episodes": 0, "best": {"arrival_rate": -1.0, "iteration": 0, "model": None}}
     if ckpt:
         policy.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        global_step, iteration, elapsed, episodes = (
-            ckpt["global_step"],
-            ckpt["iteration"],
-            ckpt["elapsed_seconds"],
-            ckpt["episodes"],
-        )
+        kept.update(episodes=ckpt["episodes"], best=ckpt.get("best", kept["best"]))
         torch.set_rng_state(ckpt["rng"]["torch"])
         rng.bit_generator.state = ckpt["rng"]["numpy"]
-
-    # the run folder: a new one of its own (never shared with a run started in the same second)
-    if ckpt:
-        run_name = ckpt["run_name"]
-    else:
-        run_name = new_run_dir(f"flatland-{args.width}x{args.height}-{args.trains}__{args.exp_name}__{args.seed}")[0]
-    run_dir = os.path.join("runs", run_name)
-    if args.track:
-        start_wandb(args, run_name)
-    writer = SummaryWriter(run_dir, purge_step=global_step if ckpt else None)
-    if not ckpt:
-        log_hyperparameters(writer, run_dir, args)
-
-    def write_checkpoint() -> str:
-        path = os.path.join(run_dir, "ckpt", f"{iteration}.pt")
-        save_checkpoint(
-            {
-                "problem": "rail",
-                "num_nodes": args.trains,
-                "model_config": model_config,
-                "model": policy.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "args": asdict(args),
-                "run_name": run_name,
-                "global_step": global_step,
-                "iteration": iteration,
-                "episodes": episodes,
-                "elapsed_seconds": elapsed,
-                "rng": {"torch": torch.get_rng_state(), "numpy": rng.bit_generator.state},
-                "best": best,
-                **release,
-            },
-            path,
-        )
-        return path
-
-    stop = StopRequest()
-    # the policy with the best validation arrival rate so far (--keep-best)
-    best = ckpt["best"] if ckpt and "best" in ckpt else {"arrival_rate": -1.0, "iteration": 0, "model": None}
-    release = {}  # the learned release classifier, once trained
+    run = Run(args, f"flatland-{args.width}x{args.height}-{args.trains}__{args.exp_name}__{args.seed}", ckpt)
+    best = kept["best"]
     print(
         f"ppo_flatland: {args.width}x{args.height} maps, {args.trains} trains (at most {args.max_active or args.trains} "
         f"running{', safety layer' if args.safety else ''}), {args.num_envs} maps per iteration, tree depth "
-        f"{args.tree_depth}\nrun {run_dir}: {args.total_timesteps:,} "
+        f"{args.tree_depth}\nrun {run.dir}: {args.total_timesteps:,} "
         f"decisions" + (f", at most {args.total_seconds:g} s" if args.total_seconds else ""),
         flush=True,
     )
-    clock = time.time() - elapsed
     if args.imitation_episodes and not ckpt:
-        figures = imitate(policy, envs, rng, args, stop)
-        writer.add_scalar("charts/imitation_agreement", figures["agreement"], 0)
+        figures = imitate(policy, envs, rng, args, run.stop)
+        run.log("charts/imitation_agreement", figures["agreement"], step=0)
         print(
             f"imitation: {figures['decisions']:,} decisions of the shortest-path rule from {args.imitation_episodes} "
             f"episodes, greedy agreement {figures['agreement']:.3f}",
             flush=True,
         )
-    if (args.imitation_episodes or args.prior_weight) and not ckpt and args.eval_interval and not stop.requested:
-        result = evaluate(policy, args, stop)  # the imitated or residual policy starts as the layer's rule
+    if (args.imitation_episodes or args.prior_weight) and not ckpt and args.eval_interval and not run.stop.requested:
+        result = evaluate(policy, args, run.stop)  # the imitated or residual policy starts as the layer's rule
         best.update(arrival_rate=result["arrival_rate"], iteration=0, model=copy.deepcopy(policy.state_dict()))
         print(f"start: validation arrival rate {result['arrival_rate']:.3f}", flush=True)
     # --total-seconds bounds the whole run: the training stops early enough for the release data and the
-    # final evaluation, whose time is estimated from the rollouts' seconds per episode
-    first_iteration, first_step, seconds_per_episode = iteration, global_step, 0.0
+    # final evaluation, whose time is estimated from the rollouts' seconds per episode (the run's reserve)
     final_episodes = args.eval_episodes + (
         args.release_episodes + len(RELEASE_THRESHOLDS) * args.eval_episodes if args.release_episodes else 0
     )
 
-    def out_of_time() -> bool:
-        reserve = seconds_per_episode * final_episodes
-        return args.total_seconds is not None and elapsed + reserve >= args.total_seconds
-
-    def progress() -> str:
-        return progress_text(
-            iteration - first_iteration, iteration, global_step - first_step, args.total_timesteps - global_step,
-            time.time() - start_time, elapsed, args.total_seconds, seconds_per_episode * final_episodes,
-        )  # fmt: skip
-
-    start_time = time.time()
-    while global_step < args.total_timesteps and not stop.requested and not out_of_time():
-        iteration += 1
-        if args.anneal_lr:
-            done = global_step / args.total_timesteps
-            if args.total_seconds is not None:
-                done = max(done, elapsed / args.total_seconds)
-            optimizer.param_groups[0]["lr"] = max(0.0, 1.0 - done) * args.learning_rate
+    while run.going():
+        run.iteration += 1
+        optimizer.param_groups[0]["lr"] = run.learning_rate()
 
         # rollout: one episode per map, all maps through the policy together at each decision step
         rollout_start = time.time()
         roll = rollout(policy, envs, rng, args)
-        stored, actions, logprobs, values = roll["stored"], roll["actions"], roll["logprobs"], roll["values"]
-        rewards, deciding, decisions = roll["rewards"], roll["deciding"], roll["decisions"]
+        b = training_batch(roll, args)  # advantages over each train's own decisions
         rollout_time = time.time() - rollout_start
-        seconds_per_episode = rollout_time / args.num_envs
-        global_step += decisions
-        episodes += args.num_envs
-        scores = [env.score() for env in envs]
-
-        # advantages over each train's own decisions
-        deciding_arr = np.stack(deciding)
-        values_arr = torch.stack(values).numpy()
-        advantages = train_advantages(
-            np.stack(rewards),
-            values_arr,
-            deciding_arr,
-            np.stack(roll["finished_after"]),
-            roll["last_values"],
-            args.gamma,
-            args.gae_lambda,
-        )
-        b_obs = {key: torch.cat([s[key] for s in stored]) for key in POLICY_INPUTS}  # [S * B, T, ...]
-        b_mask = torch.as_tensor(deciding_arr.reshape(-1, args.trains))
-        b_actions = torch.stack(actions).reshape(-1, args.trains)
-        b_logprobs = torch.stack(logprobs).reshape(-1, args.trains)
-        b_values = torch.as_tensor(values_arr.reshape(-1, args.trains))
-        b_advantages = torch.as_tensor(advantages.reshape(-1, args.trains), dtype=torch.float32)
-        b_returns = b_advantages + b_values
+        run.reserve = rollout_time / args.num_envs * final_episodes
+        run.global_step += roll["decisions"]
+        kept["episodes"] += args.num_envs
 
         # optimizing the policy and value network over minibatches of decision steps
         update_start = time.time()
-        rows = len(b_mask)
-        minibatch = max(1, rows // args.num_minibatches)
-        clipfracs, stats = [], {}
-        for _epoch in range(args.update_epochs):
-            order = torch.randperm(rows)
-            for start in range(0, rows, minibatch):
-                idx = order[start : start + minibatch]
-                mask = b_mask[idx].float()
-                count = mask.sum().clamp(min=1)
-                logits, newvalue = policy(*(b_obs[key][idx] for key in POLICY_INPUTS))
-                dist = torch.distributions.Categorical(logits=logits)
-                newlogprob, entropy = dist.log_prob(b_actions[idx]), dist.entropy()
-                logratio = newlogprob - b_logprobs[idx]
-                ratio = logratio.exp()
-                with torch.no_grad():
-                    approx_kl = (((ratio - 1) - logratio) * mask).sum() / count
-                    clipfracs.append(((((ratio - 1.0).abs() > args.clip_coef).float() * mask).sum() / count).item())
-                mb_advantages = b_advantages[idx]
-                if args.norm_adv:
-                    mean = (mb_advantages * mask).sum() / count
-                    std = ((((mb_advantages - mean) ** 2) * mask).sum() / count).sqrt()
-                    mb_advantages = (mb_advantages - mean) / (std + 1e-8)
-                pg_loss = (
-                    torch.max(
-                        -mb_advantages * ratio,
-                        -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef),
-                    )
-                    * mask
-                ).sum() / count
-                if args.clip_vloss:
-                    v_clipped = b_values[idx] + torch.clamp(newvalue - b_values[idx], -args.clip_coef, args.clip_coef)
-                    v_loss = torch.max((newvalue - b_returns[idx]) ** 2, (v_clipped - b_returns[idx]) ** 2)
-                else:
-                    v_loss = (newvalue - b_returns[idx]) ** 2
-                v_loss = 0.5 * (v_loss * mask).sum() / count
-                entropy_loss = (entropy * mask).sum() / count
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-                optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
-                optimizer.step()
-                stats = {
-                    "policy_loss": pg_loss.item(),
-                    "value_loss": v_loss.item(),
-                    "entropy": entropy_loss.item(),
-                    "approx_kl": approx_kl.item(),
-                }
-            if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
-                break
+        stats = ppo_update(policy, optimizer, b, args)
         update_time = time.time() - update_start
-        elapsed = time.time() - clock
+        run.tick()
 
         arrival = float(np.mean([env.arrived.mean() for env in envs]))
         deadlock = float(np.mean([env.deadlocked.mean() for env in envs]))
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/arrival_rate", arrival, global_step)
-        writer.add_scalar("charts/deadlock_rate", deadlock, global_step)
-        writer.add_scalar("charts/normalized_score", float(np.mean(scores)), global_step)
-        writer.add_scalar(
-            "charts/episodic_return", float(np.stack(rewards).sum() / (args.num_envs * args.trains)), global_step
-        )
-        writer.add_scalar("charts/decisions_per_second", decisions / rollout_time, global_step)
-        writer.add_scalar("charts/SPS", int(decisions / (rollout_time + update_time)), global_step)
-        for name, value in stats.items():
-            writer.add_scalar(f"losses/{name}", value, global_step)
-        writer.add_scalar("losses/clipfrac", float(np.mean(clipfracs)), global_step)
+        score = float(np.mean([env.score() for env in envs]))
+        for tag, value in (
+            ("charts/learning_rate", optimizer.param_groups[0]["lr"]), ("charts/arrival_rate", arrival),
+            ("charts/deadlock_rate", deadlock), ("charts/normalized_score", score),
+            ("charts/episodic_return", float(np.stack(roll["rewards"]).sum() / (args.num_envs * args.trains))),
+            ("charts/decisions_per_second", roll["decisions"] / rollout_time),
+            ("charts/SPS", int(roll["decisions"] / (rollout_time + update_time))),
+            *((f"losses/{name}", value) for name, value in stats.items()),
+        ):  # fmt: skip
+            run.log(tag, value)
         line = (
-            f"iteration={iteration} decisions={global_step} arrival={arrival:.3f} deadlock={deadlock:.3f} "
-            f"score={np.mean(scores):.3f} rollout={rollout_time:.2f}s update={update_time:.2f}s"
+            f"iteration={run.iteration} decisions={run.global_step} arrival={arrival:.3f} deadlock={deadlock:.3f} "
+            f"score={score:.3f} rollout={rollout_time:.2f}s update={update_time:.2f}s"
         )
-        if args.eval_interval and iteration % args.eval_interval == 0 and not stop.requested:
-            result = evaluate(policy, args, stop)
+        if args.eval_interval and run.iteration % args.eval_interval == 0 and not run.stop.requested:
+            result = evaluate(policy, args, run.stop)
             for name, value in result.items():
-                writer.add_scalar(f"eval/{name}", value, global_step)
+                run.log(f"eval/{name}", value)
             line += f" eval/arrival_rate={result['arrival_rate']:.3f} eval/deadlock_rate={result['deadlock_rate']:.3f}"
             if result["arrival_rate"] > best["arrival_rate"]:
                 best.update(
-                    arrival_rate=result["arrival_rate"], iteration=iteration, model=copy.deepcopy(policy.state_dict())
+                    arrival_rate=result["arrival_rate"],
+                    iteration=run.iteration,
+                    model=copy.deepcopy(policy.state_dict()),
                 )
-        print(line + progress(), flush=True)
-        if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
-            write_checkpoint()
+        print(line + run.progress(), flush=True)
+        if run.checkpoint_due():
+            run.save(training_state(policy, optimizer, model_config, rng, args, kept))
 
-    if stop.requested:
-        path = write_checkpoint()
-        print(f"stopped: checkpoint {path}; continue with --resume", flush=True)
-        writer.close()
-        sys.exit(130)
+    if run.stop.requested:
+        run.stopped(run.save(training_state(policy, optimizer, model_config, rng, args, kept)))
     if args.keep_best and best["model"] is not None:
         policy.load_state_dict(best["model"])
-        print(
-            f"kept the policy of iteration {best['iteration']} (validation arrival rate {best['arrival_rate']:.3f})",
-            flush=True,
-        )
-    if args.release_episodes and (trained := train_release_classifier(policy, args, rng, stop)):
-        classifier, figures = trained
-        print(
-            f"release classifier: {figures['samples']} releases from {args.release_episodes} episodes "
-            f"({figures['arrived_share']:.0%} arrived), training accuracy {figures['accuracy']:.3f}",
-            flush=True,
-        )
-        release = {"release_model": classifier.state_dict(), "release_config": classifier.shape}
-        if args.eval_episodes and "threshold" in (chosen := choose_threshold(policy, classifier, args, stop)):
-            release["release_threshold"] = chosen["threshold"]
-            print(f"release threshold {chosen['threshold']:g} kept (chosen on the validation maps)", flush=True)
-    path = write_checkpoint()
-    result = evaluate(policy, args, stop) if args.eval_episodes and not stop.requested else {}
+        print(f"kept the policy of iteration {best['iteration']} (validation arrival {best['arrival_rate']:.3f})")
+    if args.release_episodes:
+        kept.update(learn_release(policy, args, rng, run.stop))
+    path = run.save(training_state(policy, optimizer, model_config, rng, args, kept))
+    result = evaluate(policy, args, run.stop) if args.eval_episodes and not run.stop.requested else {}
     if result:
         print(
             f"final: greedy policy on {args.eval_episodes} validation maps: arrival rate {result['arrival_rate']:.3f}, "
@@ -715,7 +679,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         )
     else:
         print(f"final checkpoint: {path}", flush=True)
-    writer.close()
+    run.close()
 
 
 def cli() -> None:

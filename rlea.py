@@ -14,12 +14,10 @@ distils each trajectory into lessons for MLEM. The pieces live in agents/ (probl
 checker, LLM backends, retrieval, memory, planner); this file is the algorithm.
 """
 
-
 import math
 import os
 import random
 import sys
-import time
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -27,15 +25,7 @@ import numpy as np
 import torch
 import tyro
 from ppoor.agents.settings import LLM_LIMITS, PLANNER, LLMArgs, check_args, encode, make_embedder, make_llms
-from ppoor.models.runs import (
-    MAX_SEED,
-    fail,
-    flag,
-    given_fields,
-    log_hyperparameters,
-    new_run_dir,
-    start_wandb,
-)
+from ppoor.models.runs import MAX_SEED, Run, fail, given_fields, resume_settings, wandb_problem
 
 
 @dataclass
@@ -48,6 +38,8 @@ class Args(LLMArgs):
     """log to Weights and Biases"""
     wandb_project_name: str = "ppo-or"
     """the Weights and Biases project"""
+    wandb_entity: str | None = None
+    """the entity (team) of the Weights and Biases project"""
     split: Literal["train", "test", "all"] = "train"
     """which problems of the folder to train on"""
     episodes: int = 40
@@ -102,180 +94,163 @@ LIMITS = LLM_LIMITS | {
 CHECKPOINT = "rlea.pt"  # the training state: networks, optimizer, replay buffer
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    args = tyro.cli(Args, args=argv)
+def resolve_args(args: Args, given: set[str] | None = None) -> tuple[Args, dict | None]:
+    """The settings ``main`` can trust (a resumed run's own: only --episodes may change; ``given``: the
+    fields given on the command line) and the checkpoint resumed from; exits with one line otherwise."""
     fail(check_args(args, LIMITS))
+    ckpt = None
+    if args.resume:
+        args, ckpt = resume_settings(args, given or set(), ("episodes",), {}, "rlea.py", ("episode", "episodes"),
+                                     CHECKPOINT)  # fmt: skip
+        ckpt.setdefault("global_step", ckpt.get("episode", 0))  # the run's count (checkpoints before models.runs.Run)
+        if ckpt.get("script") != "rlea.py":
+            fail(
+                [
+                    f"--resume: {args.resume} is not an rlea.py checkpoint (give an rlea.py run folder or its {CHECKPOINT})"
+                ]
+            )
+    if args.track and (problem := wandb_problem()):
+        fail([f"--track: {problem}"])
+    return args, ckpt
 
-    from ppoor.agents.episodes import rollout, summarize
+
+def log_episode(
+    run: Run, result, recent: list, alpha: float, loss: float, totals: dict, lessons: int, args: Args
+) -> str:
+    """Logs an episode's charts (success over the ``recent`` episodes, the actions chosen, LLM use)
+    and returns its line."""
+    from ppoor.agents.episodes import summarize
+    from ppoor.agents.planner import ACTIONS
+
+    stats = summarize(recent)
+    for tag, value in (
+        ("charts/success_rate", stats["success_rate"]), ("charts/runtime_error_rate", stats["runtime_error_rate"]),
+        ("charts/mean_gap", stats["mean_gap"]), ("charts/alpha", alpha),
+        ("charts/episode_reward", sum(t[2] for t in result.transitions)),
+        ("charts/episode_steps", len(result.attempts)), ("charts/llm_calls", totals["calls"]),
+        ("charts/llm_tokens", totals["tokens"]), ("charts/memory_lessons", lessons), ("losses/soft_q_loss", loss),
+        *((f"charts/action_{name}", np.mean([t[1] == i for t in result.transitions]) if result.transitions else 0.0)
+          for i, name in enumerate(ACTIONS)),
+    ):  # fmt: skip
+        if value is not None and not (isinstance(value, float) and math.isnan(value)):
+            run.log(tag, value)
+    last = result.attempts[-1]
+    return (
+        f"episode={run.global_step}/{args.episodes} problem={result.problem} steps={len(result.attempts)} "
+        f"actions={','.join(a.action for a in result.attempts)} success={last.success} ran={last.ran} "
+        f"reward={last.reward:.3f} alpha={alpha:.3f} loss={loss:.4f} sr20={stats['success_rate']:.2f} "
+        f"llm_calls={totals['calls']} tokens={totals['tokens']} elapsed={run.elapsed:.0f}s"
+    )
+
+
+def save_run(run: Run, learner, args: Args, totals: dict, embed, memory) -> str:
+    """The training state (``rlea.pt``: the learner, the LLM totals), the planner alone (``planner.pt``,
+    what eval_rlea.py reads), the memory and the embedding cache, all in the run folder."""
+    from ppoor.models.checkpoints import save_checkpoint
+
+    planner = {"script": "rlea.py", "args": asdict(args), "episode": run.global_step,
+               "q_net": learner.q_net.state_dict(), "state_dim": learner.state_dim, "embedder": embed.name}  # fmt: skip
+    save_checkpoint(planner, os.path.join(run.dir, PLANNER))
+    memory.save(os.path.join(run.dir, "memory.json"))
+    embed.save()
+    return run.save({**planner, **learner.state_dict(), "totals": totals})
+
+
+def main(args: Args, given: set[str] | None = None) -> None:
+    """Trains the planner; ``given``: the fields given on the command line (``models.runs.given_fields``)."""
+    args, ckpt = resolve_args(args, given)
+    from ppoor.agents.episodes import rollout
     from ppoor.agents.executor import Executor
     from ppoor.agents.memory import Memory
-    from ppoor.agents.planner import (
-        ACTIONS,
-        ReplayBuffer,
-        SoftQNetwork,
-        alpha_at,
-        read_checkpoint,
-        sample_action,
-        soft_q_update,
-    )
+    from ppoor.agents.planner import Learner, alpha_at, sample_action, soft_q_update
     from ppoor.agents.problems import load_problems, shipped_problems
     from ppoor.agents.rag import Retriever
     from ppoor.agents.sandbox import Sandbox
-    from ppoor.models.checkpoints import save_checkpoint
-    from ppoor.models.runtime import StopRequest
 
-    ckpt = None
-    if args.resume:
-        path = os.path.join(args.resume, CHECKPOINT) if os.path.isdir(args.resume) else args.resume
-        try:
-            ckpt = read_checkpoint(path)
-        except ValueError as exc:
-            fail([f"--resume: {exc} (give a run folder of rlea.py or its {CHECKPOINT})"])
-        if "optimizer" not in ckpt:
-            fail([f"--resume: {path} holds the planner only; resume from the run's {CHECKPOINT}"])
-        changed = [flag(f) for f in sorted(given_fields(Args, argv) - {"resume", "episodes"})
-                   if getattr(args, f) != ckpt["args"].get(f)]
-        if changed:
-            fail([f"--resume: {', '.join(changed)} cannot change when resuming (only --episodes can)"])
-        saved = Args(**{**ckpt["args"], "episodes": args.episodes, "resume": args.resume})
-        if ckpt["episode"] >= saved.episodes:
-            fail([f"--resume: the run already finished {ckpt['episode']} of --episodes {saved.episodes}; raise --episodes"])
-        args = saved
     try:
         problems = load_problems(args.problems or shipped_problems(), args.split)
     except ValueError as exc:
         fail([str(exc)])
-    if ckpt is not None:
-        run_dir = os.path.dirname(path)
-        run_name = os.path.basename(run_dir)
-    else:
-        run_name, run_dir = new_run_dir(f"{args.exp_name}__{args.seed}")
-    if args.track:
-        start_wandb(args, run_name)
-    from torch.utils.tensorboard import SummaryWriter
-
-    writer = SummaryWriter(run_dir)
-    log_hyperparameters(writer, run_dir, args)
-    print(f"run: {run_dir} ({len(problems)} {args.split} problems)", flush=True)
+    run = Run(args, f"{args.exp_name}__{args.seed}", ckpt, total_field="episodes", file_name=CHECKPOINT)
+    print(f"run: {run.dir} ({len(problems)} {args.split} problems)", flush=True)
 
     # seeding
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(args.seed if ckpt is None else [args.seed, ckpt["episode"]])
 
-    embed = make_embedder(args, os.path.join(run_dir, "embeddings.json"))
-    state_dim = 2 * len(embed("dimension probe"))
-    q_net = SoftQNetwork(state_dim, args.hidden)
-    target_net = SoftQNetwork(state_dim, args.hidden)
-    target_net.load_state_dict(q_net.state_dict())
-    optimizer = torch.optim.Adam(q_net.parameters(), lr=args.learning_rate)
-    buffer = ReplayBuffer(args.buffer_size, state_dim)
-    memory_path = os.path.join(run_dir, "memory.json")
-    memory = Memory.load(memory_path)
-    start_episode, gradient_steps, totals = 0, 0, {"tokens": 0, "calls": 0}
+    embed = make_embedder(args, os.path.join(run.dir, "embeddings.json"))
+    learner = Learner(2 * len(embed("dimension probe")), args.hidden, args.learning_rate, args.buffer_size)
+    memory = Memory.load(os.path.join(run.dir, "memory.json"))
+    totals = {"tokens": 0, "calls": 0}
     if ckpt is not None:
-        q_net.load_state_dict(ckpt["q_net"])
-        target_net.load_state_dict(ckpt["target_net"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        buffer.load_state_dict(ckpt["buffer"])
-        start_episode, gradient_steps, totals = ckpt["episode"], ckpt["gradient_steps"], dict(ckpt["totals"])
-        rng = np.random.default_rng([args.seed, start_episode])
-        print(f"resuming {run_dir} at episode {start_episode}", flush=True)
-
+        learner.load_state_dict(ckpt)
+        totals = dict(ckpt["totals"])
+        print(f"resuming {run.dir} at episode {run.global_step}", flush=True)
     action_llm, memory_llm = make_llms(args)
-    executor = Executor(action_llm, memory_llm, Sandbox(args.sandbox_seconds, args.sandbox_memory_mb),
-                        Retriever.default(args.rag_docs), memory, args.max_tokens, args.temperature, rag_k=args.rag_k)
-    print(f"action model: {action_llm.name}; memory model: {memory_llm.name}; sandbox: {executor.sandbox.isolation}",
-          flush=True)
+    executor = Executor(
+        action_llm,
+        memory_llm,
+        Sandbox(args.sandbox_seconds, args.sandbox_memory_mb),
+        Retriever.default(args.rag_docs),
+        memory,
+        args.max_tokens,
+        args.temperature,
+        rag_k=args.rag_k,
+    )
+    print(
+        f"action model: {action_llm.name}; memory model: {memory_llm.name}; sandbox: {executor.sandbox.isolation}",
+        flush=True,
+    )
 
-    def write_checkpoint(episode: int) -> str:
-        path = os.path.join(run_dir, CHECKPOINT)
-        save_checkpoint({"script": "rlea.py", "args": asdict(args), "episode": episode, "gradient_steps": gradient_steps,
-                         "totals": totals, "q_net": q_net.state_dict(), "target_net": target_net.state_dict(),
-                         "optimizer": optimizer.state_dict(), "buffer": buffer.state_dict(),
-                         "state_dim": state_dim, "embedder": embed.name}, path)
-        save_checkpoint({"script": "rlea.py", "args": asdict(args), "episode": episode, "q_net": q_net.state_dict(),
-                         "state_dim": state_dim, "embedder": embed.name}, os.path.join(run_dir, PLANNER))
-        memory.save(memory_path)
-        embed.save()
-        return path
-
-    stop = StopRequest()
     recent = []
-    start_time = time.time()
-    for episode in range(start_episode, args.episodes):
-        alpha = alpha_at(episode, args.alpha_start, args.alpha_end, args.alpha_decay_episodes)
+    while run.going():
+        alpha = alpha_at(run.global_step, args.alpha_start, args.alpha_end, args.alpha_decay_episodes)
         problem = problems[int(rng.integers(len(problems)))]
-        calls_before = executor.usage.calls
-        tokens_before = executor.usage.prompt_tokens + executor.usage.completion_tokens
+        used = executor.usage.calls, executor.usage.prompt_tokens + executor.usage.completion_tokens
 
-        def choose(texts, step, alpha=alpha):
-            return sample_action(q_net, encode(embed, texts), alpha, rng)
+        def choose(texts, step, alpha=alpha):  # the Boltzmann policy of the soft Q-network
+            return sample_action(learner.q_net, encode(embed, texts), alpha, rng)
 
         result = rollout(executor, problem, "rlea", args.t_max, choose, learn_memory=True)
         for state, action, reward, next_state, done in result.transitions:
-            buffer.add(encode(embed, state), action, reward, encode(embed, next_state), done)
+            learner.buffer.add(encode(embed, state), action, reward, encode(embed, next_state), done)
 
-        loss = math.nan
-        if buffer.size >= max(1, args.learning_starts):
-            losses = []
-            for _ in range(args.updates_per_episode):
-                batch = buffer.sample(args.batch_size, rng)
-                losses.append(soft_q_update(q_net, target_net, optimizer, batch, alpha, args.gamma, args.max_grad_norm))
-                gradient_steps += 1
-                with torch.no_grad():
-                    for p, tp in zip(q_net.parameters(), target_net.parameters(), strict=True):
-                        tp.mul_(1 - args.tau).add_(args.tau * p)
-            loss = float(np.mean(losses)) if losses else math.nan
+        # soft Q-learning on the replay buffer, the target network following by Polyak averaging
+        losses = []
+        for _ in range(args.updates_per_episode if learner.buffer.size >= max(1, args.learning_starts) else 0):
+            batch = learner.buffer.sample(args.batch_size, rng)
+            losses.append(soft_q_update(learner.q_net, learner.target_net, learner.optimizer, batch, alpha, args.gamma,
+                                        args.max_grad_norm))  # fmt: skip
+            learner.gradient_steps += 1
+            with torch.no_grad():
+                for p, tp in zip(learner.q_net.parameters(), learner.target_net.parameters(), strict=True):
+                    tp.mul_(1 - args.tau).add_(args.tau * p)
+        loss = float(np.mean(losses)) if losses else math.nan
 
+        run.iteration = run.global_step = run.global_step + 1
+        run.tick()
+        totals["calls"] += executor.usage.calls - used[0]
+        totals["tokens"] += executor.usage.prompt_tokens + executor.usage.completion_tokens - used[1]
         recent = (recent + [result])[-20:]
-        stats = summarize(recent)
-        calls = executor.usage.calls - calls_before
-        tokens = executor.usage.prompt_tokens + executor.usage.completion_tokens - tokens_before
-        totals["calls"] += calls
-        totals["tokens"] += tokens
-        step = episode + 1
-        writer.add_scalar("charts/success_rate", stats["success_rate"], step)
-        writer.add_scalar("charts/runtime_error_rate", stats["runtime_error_rate"], step)
-        if stats["mean_gap"] is not None:
-            writer.add_scalar("charts/mean_gap", stats["mean_gap"], step)
-        writer.add_scalar("charts/alpha", alpha, step)
-        writer.add_scalar("charts/episode_reward", sum(t[2] for t in result.transitions), step)
-        writer.add_scalar("charts/episode_steps", len(result.attempts), step)
-        writer.add_scalar("charts/llm_calls", totals["calls"], step)
-        writer.add_scalar("charts/llm_tokens", totals["tokens"], step)
-        writer.add_scalar("charts/memory_lessons", len(memory.lessons), step)
-        for i, name in enumerate(ACTIONS):
-            share = np.mean([t[1] == i for t in result.transitions]) if result.transitions else 0.0
-            writer.add_scalar(f"charts/action_{name}", share, step)
-        if not math.isnan(loss):
-            writer.add_scalar("losses/soft_q_loss", loss, step)
-        last = result.attempts[-1]
-        print(
-            f"episode={step}/{args.episodes} problem={problem['name']} steps={len(result.attempts)} "
-            f"actions={','.join(a.action for a in result.attempts)} success={last.success} ran={last.ran} "
-            f"reward={last.reward:.3f} alpha={alpha:.3f} loss={loss:.4f} sr20={stats['success_rate']:.2f} "
-            f"llm_calls={totals['calls']} tokens={totals['tokens']} elapsed={time.time() - start_time:.0f}s",
-            flush=True,
-        )
-        if stop.requested:
-            path = write_checkpoint(step)
-            print(f"stopped: checkpoint {path}; continue with --resume {run_dir}", flush=True)
-            writer.close()
-            sys.exit(130)
-        if args.checkpoint_interval and step % args.checkpoint_interval == 0:
-            write_checkpoint(step)
+        print(log_episode(run, result, recent, alpha, loss, totals, len(memory.lessons), args), flush=True)
+        if run.checkpoint_due():
+            save_run(run, learner, args, totals, embed, memory)
 
-    path = write_checkpoint(args.episodes)
-    writer.close()
-    print(f"planner: {path}; memory: {memory_path} ({len(memory.lessons)} lessons)", flush=True)
+    if run.stop.requested:
+        run.stopped(save_run(run, learner, args, totals, embed, memory))
+    path = save_run(run, learner, args, totals, embed, memory)
+    run.close()
+    print(
+        f"planner: {path}; memory: {os.path.join(run.dir, 'memory.json')} ({len(memory.lessons)} lessons)", flush=True
+    )
 
 
 def cli() -> None:
-    main()
+    """The ``ppo-or-rlea`` console command."""
+    main(tyro.cli(Args), given_fields(Args, sys.argv[1:]))
 
 
 if __name__ == "__main__":
-    main()
+    cli()

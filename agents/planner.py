@@ -22,7 +22,11 @@ class SoftQNetwork(nn.Module):
     def __init__(self, state_dim: int, hidden: int = 128):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, len(ACTIONS))
+            nn.Linear(state_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, len(ACTIONS)),
         )
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:
@@ -43,8 +47,9 @@ def boltzmann(q: torch.Tensor, alpha: float, allowed: torch.Tensor | None = None
     return torch.softmax(logits, dim=-1)
 
 
-def sample_action(q_net: nn.Module, state: np.ndarray, alpha: float, rng: np.random.Generator,
-                  allowed: torch.Tensor | None = None) -> int:
+def sample_action(
+    q_net: nn.Module, state: np.ndarray, alpha: float, rng: np.random.Generator, allowed: torch.Tensor | None = None
+) -> int:
     """An action drawn from the Boltzmann policy of ``q_net`` at one state [state_dim]."""
     with torch.no_grad():
         p = boltzmann(q_net(torch.from_numpy(state)[None]), alpha, allowed)[0].double().numpy()
@@ -125,13 +130,40 @@ class ReplayBuffer:
 
     def state_dict(self) -> dict:
         n = self.size
-        return {"states": torch.from_numpy(self.states[:n].copy()), "actions": torch.from_numpy(self.actions[:n].copy()),
-                "rewards": torch.from_numpy(self.rewards[:n].copy()),
-                "next_states": torch.from_numpy(self.next_states[:n].copy()),
-                "dones": torch.from_numpy(self.dones[:n].copy()), "position": self.position}
+        return {
+            "states": torch.from_numpy(self.states[:n].copy()),
+            "actions": torch.from_numpy(self.actions[:n].copy()),
+            "rewards": torch.from_numpy(self.rewards[:n].copy()),
+            "next_states": torch.from_numpy(self.next_states[:n].copy()),
+            "dones": torch.from_numpy(self.dones[:n].copy()),
+            "position": self.position,
+        }
 
     def load_state_dict(self, data: dict) -> None:
         n = len(data["actions"])
         for key in ("states", "actions", "rewards", "next_states", "dones"):
             getattr(self, key)[:n] = data[key].numpy()
         self.size, self.position = n, int(data["position"])
+
+
+class Learner:
+    """What rlea.py trains and checkpoints: the soft Q-network, its target network (a copy at the
+    start), Adam over the Q-network and the replay buffer, for states of ``state_dim`` (two embeddings)."""
+
+    KEYS = ("q_net", "target_net", "optimizer", "buffer")
+
+    def __init__(self, state_dim: int, hidden: int, learning_rate: float, buffer_size: int):
+        self.state_dim = state_dim
+        self.q_net, self.target_net = SoftQNetwork(state_dim, hidden), SoftQNetwork(state_dim, hidden)
+        self.target_net.load_state_dict(self.q_net.state_dict())
+        self.optimizer = torch.optim.Adam(self.q_net.parameters(), lr=learning_rate)
+        self.buffer = ReplayBuffer(buffer_size, state_dim)
+        self.gradient_steps = 0
+
+    def state_dict(self) -> dict:
+        return {key: getattr(self, key).state_dict() for key in self.KEYS} | {"gradient_steps": self.gradient_steps}
+
+    def load_state_dict(self, ckpt: dict) -> None:
+        for key in self.KEYS:
+            getattr(self, key).load_state_dict(ckpt[key])
+        self.gradient_steps = ckpt["gradient_steps"]

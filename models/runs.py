@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, fields
+from pathlib import Path
 
 import torch
 
@@ -226,21 +227,27 @@ def parse_with_presets(cls, presets: dict, default: str, argv: list[str]) -> tup
     return tyro.cli(cls, default=presets.get(name, presets[default]), args=argv), given_fields(cls, argv)
 
 
-def resume_settings(args, given: set[str], overrides: tuple[str, ...], legacy: dict, script: str) -> tuple:
-    """Loads the checkpoint that ``args.resume`` names (a file, or a run folder: its latest checkpoint)
-    and returns (its settings as ``type(args)`` with --resume kept, the checkpoint). Fields ``given``
-    on the command line that are in ``overrides`` replace the saved ones (e.g. a longer
-    --total-timesteps); any other field given must equal the checkpoint's, whatever its default.
-    ``legacy``: the values of fields that older checkpoints lack. A weights-only file, and a run that
-    already reached --total-timesteps or --total-seconds, are refused before anything is written."""
+def resume_settings(
+    args, given: set[str], overrides: tuple[str, ...], legacy: dict, script: str,
+    budget: tuple[str, str] = ("global_step", "total_timesteps"), file_name: str | None = None,
+) -> tuple:  # fmt: skip
+    """Loads the checkpoint that ``args.resume`` names (a file, or a run folder: its latest checkpoint,
+    or its ``file_name`` where the script writes one file) and returns (its settings as ``type(args)``
+    with --resume kept, the checkpoint). Fields ``given`` on the command line that are in
+    ``overrides`` replace the saved ones (e.g. a longer --total-timesteps); any other field given must
+    equal the checkpoint's, whatever its default. ``legacy``: the values of fields that older
+    checkpoints lack. A weights-only file, and a run that already reached its budget (``budget``: the
+    checkpoint's count of what was done and the field that bounds it; and --total-seconds where the
+    script has it), are refused before anything is written."""
     from ppoor.models.checkpoints import latest_checkpoint, read_checkpoint
 
     try:
-        path = latest_checkpoint(args.resume)
+        folder = os.path.isdir(args.resume)
+        path = Path(args.resume, file_name) if folder and file_name else latest_checkpoint(args.resume)
         ckpt = read_checkpoint(path)
     except ValueError as exc:
         sys.exit(f"error: --resume: {exc}")
-    if os.path.isdir(args.resume):
+    if folder:
         print(f"resuming from {path} (the latest checkpoint of {args.resume})", flush=True)
     if "args" not in ckpt or "optimizer" not in ckpt:
         sys.exit(f"error: --resume: {args.resume} holds weights only, not a {script} training state")
@@ -257,14 +264,16 @@ def resume_settings(args, given: set[str], overrides: tuple[str, ...], legacy: d
             sys.exit(f"error: {flag(name)} cannot change when resuming (the checkpoint has {saved.get(name)!r})")
         saved[name] = value
     resumed = type(args)(**{**saved, "resume": str(path)})
-    if ckpt["global_step"] >= resumed.total_timesteps or (
-        resumed.total_seconds is not None and ckpt.get("elapsed_seconds", 0.0) >= resumed.total_seconds
-    ):
+    done, total = ckpt.get(budget[0], 0), getattr(resumed, budget[1])
+    seconds = getattr(resumed, "total_seconds", None)
+    if done >= total or (seconds is not None and ckpt.get("elapsed_seconds", 0.0) >= seconds):
         sys.exit(
-            f"error: --resume: the run already finished at step {ckpt['global_step']:,} of --total-timesteps "
-            f"{resumed.total_timesteps:,}"
-            + (f" or after --total-seconds {resumed.total_seconds:g}" if resumed.total_seconds else "")
-            + "; raise --total-timesteps (or --total-seconds) to continue it"
+            f"error: --resume: the run already finished at {budget[0].replace('_', ' ')} {done:,} of "
+            f"{flag(budget[1])} {total:,}"
+            + (f" or after --total-seconds {seconds:g}" if seconds else "")
+            + f"; raise {flag(budget[1])}"
+            + (" (or --total-seconds)" if seconds else "")
+            + " to continue it"
         )
     return resumed, ckpt
 
@@ -304,14 +313,20 @@ class Run:
     --checkpoint-seconds of training) and whether the run goes on; saves checkpoints atomically; and
     ends the run on a stop request (Ctrl-C, SIGTERM) or at the budget. In data-parallel runs every
     process holds one (the same state); only ``rank`` 0 writes files. ``reserve``: seconds of
-    --total-seconds kept for work after the loop (ppo_flatland.py's release data)."""
+    --total-seconds kept for work after the loop (ppo_flatland.py's release data); ``total_field``: the
+    setting that bounds ``global_step`` (rlea.py counts episodes); ``file_name``: one checkpoint file
+    in the run folder, rewritten each time, instead of ``ckpt/{iteration}.pt``."""
 
     def __init__(self, args, stem: str, ckpt: dict | None = None, rank: int = 0, world_size: int = 1,
-                 device: torch.device | None = None, reserve: float = 0.0, **extra):  # fmt: skip
+                 device: torch.device | None = None, reserve: float = 0.0, total_field: str = "total_timesteps",
+                 file_name: str | None = None, **extra):  # fmt: skip
         from ppoor.models.runtime import StopRequest
         from torch.utils.tensorboard import SummaryWriter
 
         self.args, self.rank, self.world_size, self.device, self.reserve = args, rank, world_size, device, reserve
+        self.total: int = getattr(args, total_field)
+        self.total_seconds: float | None = getattr(args, "total_seconds", None)
+        self.file_name = file_name
         self.is_main = rank == 0
         state = ckpt or {}
         self.iteration: int = state.get("iteration", 0)
@@ -319,7 +334,9 @@ class Run:
         self.elapsed: float = state.get("elapsed_seconds", 0.0)
         self.lr_scale: float = state.get("lr_scale", 1.0)
         self.first_iteration, self.start_step = self.iteration, self.global_step
-        if ckpt:
+        if ckpt and file_name:  # a run of one checkpoint file goes on in the folder that holds it
+            self.name = os.path.basename(os.path.dirname(os.path.abspath(args.resume)))
+        elif ckpt:
             self.name = ckpt["run_name"]
         else:
             self.name = new_run_dir(stem)[0] if self.is_main else None
@@ -329,7 +346,7 @@ class Run:
                 shared = [self.name]
                 dist.broadcast_object_list(shared, src=0)
                 self.name = shared[0]
-        self.dir = os.path.join("runs", self.name)
+        self.dir = os.path.dirname(args.resume) if ckpt and file_name else os.path.join("runs", self.name)
         self.writer = None
         if self.is_main:
             if args.track:
@@ -351,20 +368,20 @@ class Run:
         """--learning-rate x the trust region's scale, annealed linearly to 0 over the budget (the larger
         of the steps and the seconds done) with --anneal-lr."""
         rate = self.args.learning_rate * self.lr_scale
-        if not self.args.anneal_lr:
+        if not getattr(self.args, "anneal_lr", False):
             return rate
-        done = self.global_step / self.args.total_timesteps
-        if self.args.total_seconds is not None:
-            done = max(done, self.elapsed / self.args.total_seconds)
+        done = self.global_step / self.total
+        if self.total_seconds is not None:
+            done = max(done, self.elapsed / self.total_seconds)
         return max(0.0, 1.0 - done) * rate
 
     def out_of_time(self) -> bool:
         """--total-seconds (less the reserve) is spent."""
-        return self.args.total_seconds is not None and self.elapsed + self.reserve >= self.args.total_seconds
+        return self.total_seconds is not None and self.elapsed + self.reserve >= self.total_seconds
 
     def going(self) -> bool:
         """Whether another iteration runs: steps and seconds left, and no stop requested."""
-        return self.global_step < self.args.total_timesteps and not self.out_of_time() and not self.stop.requested
+        return self.global_step < self.total and not self.out_of_time() and not self.stop.requested
 
     def tick(self) -> None:
         """Ends an iteration's timing: ``elapsed`` is the largest over the processes."""
@@ -374,7 +391,7 @@ class Run:
 
     def next_wall_mark(self, seconds: float) -> float:
         """The first multiple of --checkpoint-seconds after ``seconds`` (never with 0)."""
-        step = self.args.checkpoint_seconds
+        step = getattr(self.args, "checkpoint_seconds", 0.0)
         return (seconds // step + 1) * step if step else float("inf")
 
     def checkpoint_due(self) -> bool:
@@ -393,18 +410,18 @@ class Run:
         """The end of the iteration line: k/K iterations, elapsed, ETA."""
         return progress(
             self.iteration - self.first_iteration, self.iteration, self.global_step - self.start_step,
-            self.args.total_timesteps - self.global_step, time.time() - self.start_time, self.elapsed,
-            self.args.total_seconds, self.reserve,
+            self.total - self.global_step, time.time() - self.start_time, self.elapsed, self.total_seconds,
+            self.reserve,
         )  # fmt: skip
 
     def save(self, payload: dict) -> str | None:
-        """Writes ``payload`` with the run's state as ``ckpt/{iteration}.pt`` atomically (the main
-        process); returns its path (None elsewhere)."""
+        """Writes ``payload`` with the run's state as ``ckpt/{iteration}.pt`` (or the run's one
+        ``file_name``) atomically (the main process); returns its path (None elsewhere)."""
         if not self.is_main:
             return None
         from ppoor.models.checkpoints import save_checkpoint
 
-        path = os.path.join(self.dir, "ckpt", f"{self.iteration}.pt")
+        path = os.path.join(self.dir, self.file_name or os.path.join("ckpt", f"{self.iteration}.pt"))
         save_checkpoint({**payload, **self.state()}, path)
         return path
 

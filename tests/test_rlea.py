@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -634,6 +635,66 @@ def test_a_real_run_with_the_local_model_trains_checkpoints_and_resumes(tmp_path
     import shutil
 
     shutil.rmtree(run_dir)
+
+
+@pytest.fixture
+def program_endpoint():
+    """An OpenAI-compatible endpoint on loopback that answers every chat with NEAREST_FIRST in a code
+    block (a stand-in for a model that writes a right program); yields its base URL."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": request["model"],
+                               "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                                   "role": "assistant", "content": f"```python\n{NEAREST_FIRST}```"}}],
+                               "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/v1"
+    server.shutdown()
+
+
+def test_rlea_trains_checkpoints_and_resumes_against_an_endpoint(tmp_path, program_endpoint):
+    """rlea.py's run (models.runs.Run with one checkpoint file): an episode, its checkpoint and planner,
+    a resume from the folder and one from the file that goes on in the same folder, settings that may
+    not change, a finished run refused."""
+    folder = folder_of(tmp_path / "problems", {**problem_on(line(), [], 8.0, optimal=True, name="line-a"),
+                                                "split": "train"})
+    common = ["--problems", str(folder), "--llm-backend", "openai", "--llm-base-url", program_endpoint,
+              "--llm-model", "m", "--embedder", "hashing", "--t-max", "1"]
+    first = script("rlea.py", *common, "--episodes", "1", "--exp-name", f"test_rlea_endpoint_{os.getpid()}",
+                   timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr[-2000:]
+    run_dir = first.stdout.split("run: ", 1)[1].split(" (", 1)[0]
+    assert "episode=1/1 problem=line-a steps=1 actions=direct success=True" in first.stdout, first.stdout
+    files = set(os.listdir(ROOT / run_dir))
+    assert {"rlea.pt", "planner.pt", "memory.json", "args.json"} <= files and any(f.startswith("events.out") for f in files)
+    ckpt = torch.load(ROOT / run_dir / "rlea.pt", weights_only=True)
+    assert (ckpt["episode"], ckpt["global_step"], ckpt["totals"]["calls"]) == (1, 1, 1)  # one program written
+    resumed = script("rlea.py", "--resume", run_dir, "--episodes", "2", timeout=300)
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout and "episode=2/2" in resumed.stdout, resumed.stderr
+    again = script("rlea.py", "--resume", f"{run_dir}/rlea.pt", "--episodes", "3", timeout=300)
+    assert again.returncode == 0 and "episode=3/3" in again.stdout, again.stderr
+    assert torch.load(ROOT / run_dir / "rlea.pt", weights_only=True)["totals"]["calls"] == 3  # one folder, one count
+    changed = script("rlea.py", "--resume", run_dir, "--episodes", "4", "--t-max", "2")
+    assert changed.returncode != 0 and "--t-max cannot change when resuming" in changed.stderr
+    finished = script("rlea.py", "--resume", run_dir, "--episodes", "3")
+    assert finished.returncode != 0 and "the run already finished at episode 3 of --episodes 3" in finished.stderr
+    planner_only = script("rlea.py", "--resume", f"{run_dir}/planner.pt", "--episodes", "4")
+    assert planner_only.returncode != 0 and "holds weights only" in planner_only.stderr
+    shutil.rmtree(ROOT / run_dir)
 
 
 def test_the_openai_backend_speaks_the_chat_completions_protocol():
