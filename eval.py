@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 import torch
 import tyro
-from ppoor.data.datasets import STANDARD_SETS, DataError
+from ppoor.data.datasets import SHIPPED, STANDARD_SETS, DataError
 from ppoor.data.solution_files import write_solution
 from ppoor.envs import ENV_VARIANTS, VECTOR_ENVS
 from ppoor.envs.vrp import MIXES, VARIANTS
@@ -37,7 +37,7 @@ from ppoor.models.runs import (
 )
 from ppoor.plotting.routes import plot_routes
 from ppoor.search.solutions import COST_NAMES
-from ppoor.search.solver import SHIPPED, Model, variants_of
+from ppoor.search.solver import Model, variants_of
 from tqdm import tqdm
 
 

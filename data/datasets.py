@@ -13,12 +13,13 @@ from __future__ import annotations
 import csv
 import zipfile
 from dataclasses import dataclass, replace
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 from ppoor.data import routefinder
 from ppoor.envs import VECTOR_ENVS, instance_kwargs, standard_dataset
-from ppoor.envs.instances import STATIC_KEYS, check_instances
+from ppoor.envs.instances import KOOL_SEEDS, STATIC_KEYS, check_instances
 from ppoor.envs.vrp import STATIC_KEYS as VRP_KEYS
 from ppoor.envs.vrp import check_vrp_instances
 from ppoor.search.solutions import (
@@ -35,6 +36,7 @@ FILE_SUFFIXES = (".tsp", ".vrp", ".txt")
 STANDARD_SETS = {"kool-test": "test", "kool-val": "val", "test": "test", "val": "val"}
 FAMILY_PROBLEMS = ("mrcvrp", "pdp", "op", "pctsp", "pcvrp")
 """The further constraint families: generated and .npz data only, scored by ``search.solutions.COSTS``."""
+SHIPPED = "data/reference_lengths/"  # where the shipped reference lengths live (the package's data)
 REFERENCE_COLUMNS = ("distance", "cost", "value", "length", "optimal_length", "best_known_cost", "reference")
 
 
@@ -47,7 +49,8 @@ class Dataset:
     """Instances of one size. ``instances``: static arrays [B, ...] in the unit square; ``names`` [B];
     ``references`` [B] reference lengths in reported units (NaN where unknown); ``points`` (files
     only): B arrays [A, 2] of the original coordinates indexed by action, depot first for CVRP and
-    VRP; ``rounding``: how edges are reported (``search.solutions.ROUNDINGS``)."""
+    VRP; ``rounding``: how edges are reported (``search.solutions.ROUNDINGS``); ``reference_source``:
+    where the references came from (a file, the shipped lengths), when ``load_data`` attached them."""
 
     problem: str
     instances: dict
@@ -55,6 +58,7 @@ class Dataset:
     references: np.ndarray
     points: list | None = None
     rounding: str = "exact"
+    reference_source: str | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -100,7 +104,8 @@ def load_data(
     ``num_nodes``, Kool et al.'s for TSP and CVRP, the generator's of ``variant`` for the VRP), an
     .npz file, a .tsp / .vrp / Solomon .txt file, a folder of them, or a dict of arrays in the .npz
     layout (``from_arrays``). ``references`` names a CSV (name, ..., value) or an .npy of lengths; a
-    folder's own ``best_known.csv`` is read when none is given."""
+    folder's own ``best_known.csv`` is read when none is given, and the standard sets take the lengths
+    shipped for them (``shipped_references``), where any."""
     if isinstance(source, dict):
         groups = [from_arrays(source, problem)]
     elif source in STANDARD_SETS:
@@ -128,7 +133,47 @@ def load_data(
         groups = take_first(groups, num_instances)
     if references is not None:
         apply_references(groups, Path(references))
+        for group in groups:
+            group.reference_source = str(references)
+    elif isinstance(source, str) and source in STANDARD_SETS:
+        split, count = STANDARD_SETS[source], len(groups[0].names)
+        if (shipped := shipped_references(problem, num_nodes, split, count, variant)) is not None:
+            groups[0].references = shipped
+            groups[0].reference_source = SHIPPED + shipped_name(problem, num_nodes, split, variant)
     return groups
+
+
+SHIPPED_SOLVERS = {"tsp": "lkh", "cvrp": "pyvrp0.5s"}
+"""The solver behind the shipped reference lengths of each problem's validation sets (see
+``data/reference_lengths/README.md``)."""
+VRP_SHIPPED_SECONDS = {50: 1.0, 100: 2.0}
+"""PyVRP's time per instance behind the shipped lengths of RouteFinder's VRP test sets, by size."""
+
+
+def shipped_name(problem: str, num_nodes: int, split: str, variant: str | None = None) -> str | None:
+    """The file name of the shipped reference lengths of a standard set, None where none is made."""
+    if problem == "mtvrp":
+        if split != "test" or num_nodes not in VRP_SHIPPED_SECONDS:
+            return None
+        return f"{variant}{num_nodes}_test_seed{KOOL_SEEDS[split]}_pyvrp{VRP_SHIPPED_SECONDS[num_nodes]:g}s.npy"
+    if problem not in SHIPPED_SOLVERS:
+        return None
+    return f"{problem}{num_nodes}_{split}_seed{KOOL_SEEDS[split]}_{SHIPPED_SOLVERS[problem]}.npy"
+
+
+def shipped_references(
+    problem: str, num_nodes: int, split: str, count: int, variant: str | None = None
+) -> np.ndarray | None:
+    """The first ``count`` reference lengths of a standard set shipped with ppo-or
+    (``data/reference_lengths``: Kool et al.'s validation sets, RouteFinder's VRP test sets of one
+    ``variant``), None when none ships for it or it holds fewer."""
+    name = shipped_name(problem, num_nodes, split, variant)
+    resource = resources.files("ppoor.data.reference_lengths").joinpath(name) if name else None
+    if resource is None or not resource.is_file():
+        return None
+    with resource.open("rb") as f:
+        lengths = np.load(f, allow_pickle=False)
+    return lengths[:count] if len(lengths) >= count else None
 
 
 def load_npz(path: Path, problem: str) -> Dataset:

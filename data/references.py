@@ -19,10 +19,16 @@ from __future__ import annotations
 
 import argparse
 import os
-from importlib import resources
 
 import numpy as np
-from ppoor.data.datasets import Dataset, load_data
+from ppoor.data.datasets import (  # noqa: F401 (the shipped lengths' names, also read from here)
+    SHIPPED_SOLVERS,
+    VRP_SHIPPED_SECONDS,
+    Dataset,
+    load_data,
+    shipped_name,
+    shipped_references,
+)
 from ppoor.envs.instances import KOOL_SEEDS
 from ppoor.envs.vrp import VARIANTS
 from ppoor.search.solutions import INTEGER_ROUNDINGS, depot_points, vrp_cost
@@ -185,39 +191,6 @@ def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
     tour = np.asarray(tour)
     vrp_cost(inst, tour)  # raises InvalidTourError if PyVRP's best is not a feasible solution
     return tour
-
-
-SHIPPED_SOLVERS = {"tsp": "lkh", "cvrp": "pyvrp0.5s"}
-"""The solver behind the shipped reference lengths of each problem's validation sets (see
-``data/reference_lengths/README.md``)."""
-VRP_SHIPPED_SECONDS = {50: 1.0, 100: 2.0}
-"""PyVRP's time per instance behind the shipped lengths of RouteFinder's VRP test sets, by size."""
-
-
-def shipped_name(problem: str, num_nodes: int, split: str, variant: str | None = None) -> str | None:
-    """The file name of the shipped reference lengths of a standard set, None where none is made."""
-    if problem == "mtvrp":
-        if split != "test" or num_nodes not in VRP_SHIPPED_SECONDS:
-            return None
-        return f"{variant}{num_nodes}_test_seed{KOOL_SEEDS[split]}_pyvrp{VRP_SHIPPED_SECONDS[num_nodes]:g}s.npy"
-    if problem not in SHIPPED_SOLVERS:
-        return None
-    return f"{problem}{num_nodes}_{split}_seed{KOOL_SEEDS[split]}_{SHIPPED_SOLVERS[problem]}.npy"
-
-
-def shipped_references(
-    problem: str, num_nodes: int, split: str, count: int, variant: str | None = None
-) -> np.ndarray | None:
-    """The first ``count`` reference lengths of a standard set shipped with ppo-or
-    (``data/reference_lengths``: Kool et al.'s validation sets, RouteFinder's VRP test sets of one
-    ``variant``), None when none ships for it or it holds fewer."""
-    name = shipped_name(problem, num_nodes, split, variant)
-    resource = resources.files("ppoor.data.reference_lengths").joinpath(name) if name else None
-    if resource is None or not resource.is_file():
-        return None
-    with resource.open("rb") as f:
-        lengths = np.load(f, allow_pickle=False)
-    return lengths[:count] if len(lengths) >= count else None
 
 
 def kool_references(problem: str, num_nodes: int, split: str, count: int, cache_dir: str) -> np.ndarray | None:

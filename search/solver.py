@@ -25,14 +25,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from ppoor.data.datasets import STANDARD_SETS, DataError, Dataset, check_references, load_data
-from ppoor.data.references import SOLVERS, shipped_name, shipped_references, solve_reference
+from ppoor.data.references import SOLVERS, solve_reference
 from ppoor.envs import ENV_IDS, ENV_VARIANTS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import latest_checkpoint, load_agent
 from ppoor.models.runs import memory_problem
 from ppoor.search.decoding import DECODES, decode
 
-SHIPPED = "data/reference_lengths/"  # the source of the references shipped with ppo-or
 IMPLAUSIBLE_GAP = 5.0  # percent below the reference on most instances: the references are for other data
 
 
@@ -205,7 +204,6 @@ class Model:
 
     def load(self, data, num_instances, num_nodes, variant, references) -> tuple[list[Dataset], str | None]:
         """The data as groups of equal-size instances with their references, and where those came from."""
-        size, variant = num_nodes or self.num_nodes, variant or self.variant
         if isinstance(data, np.ndarray):
             if self.problem != "tsp":
                 raise DataError(
@@ -217,28 +215,21 @@ class Model:
                 f"data must be a set name (test / val), a path or a dict of arrays, not {type(data).__name__}"
             )
         data = data if isinstance(data, dict) else str(data)
-        standard = isinstance(data, str) and data in STANDARD_SETS
         given = references if isinstance(references, np.ndarray) else None
         path = None if references is None or given is not None else str(references)
-        groups = load_data(data, self.problem, size, num_instances, path, variant)
-        if given is not None:
-            count = sum(len(g.names) for g in groups)
-            values = np.asarray(given, dtype=np.float64)
-            if values.shape != (count,):
-                raise DataError(f"references holds {list(values.shape)} values for {count} instances")
-            check_references("references", self.problem, values)
-            for group, part in zip(
-                groups, np.split(values, np.cumsum([len(g.names) for g in groups])[:-1]), strict=True
-            ):
-                group.references = part.copy()
-            return groups, "given"
-        if standard and path is None:
-            split = STANDARD_SETS[data]
-            shipped = shipped_references(self.problem, size, split, len(groups[0].names), variant)
-            if shipped is not None:
-                groups[0].references = shipped
-                return groups, f"{SHIPPED}{shipped_name(self.problem, size, split, variant)}"
-        return groups, path
+        groups = load_data(
+            data, self.problem, num_nodes or self.num_nodes, num_instances, path, variant or self.variant
+        )
+        if given is None:
+            return groups, groups[0].reference_source
+        count = sum(len(g.names) for g in groups)
+        values = np.asarray(given, dtype=np.float64)
+        if values.shape != (count,):
+            raise DataError(f"references holds {list(values.shape)} values for {count} instances")
+        check_references("references", self.problem, values)
+        for group, part in zip(groups, np.split(values, np.cumsum([len(g.names) for g in groups])[:-1]), strict=True):
+            group.references = part.copy()
+        return groups, "given"
 
 
 def solve(data="test", checkpoint: str | os.PathLike = "tsp20", device=None, **options) -> Solutions:
