@@ -25,8 +25,11 @@ from ppoor.data.datasets import SHIPPED, STANDARD_SETS, DataError
 from ppoor.data.solution_files import write_solution
 from ppoor.envs import ENV_VARIANTS, VECTOR_ENVS
 from ppoor.envs.vrp import MIXES, VARIANTS
-from ppoor.models import CheckpointError, keep_freed_memory
-from ppoor.models.runs import (
+from ppoor.models import CheckpointError
+from ppoor.plotting.routes import plot_routes
+from ppoor.search.solutions import COST_NAMES
+from ppoor.search.solver import Model, variants_of
+from ppoor.training.runs import (
     MAX_SECONDS,
     MAX_SEED,
     MAX_THREADS,
@@ -35,9 +38,7 @@ from ppoor.models.runs import (
     fail,
     write_json,
 )
-from ppoor.plotting.routes import plot_routes
-from ppoor.search.solutions import COST_NAMES
-from ppoor.search.solver import Model, variants_of
+from ppoor.training.runtime import keep_freed_memory
 from tqdm import tqdm
 
 
@@ -115,7 +116,7 @@ LIMITS = {
     "threads": (1, MAX_THREADS),
     "plot_instances": (1, 100),
 }
-"""The closed range of every numeric argument (``models.runs.check_numbers``)."""
+"""The closed range of every numeric argument (``training.runs.check_numbers``)."""
 
 
 def check_args(args: Args) -> None:

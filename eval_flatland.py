@@ -32,10 +32,9 @@ import numpy as np
 import torch
 import tyro
 from ppoor.envs.rail import RailDecisionEnv
-from ppoor.models import keep_freed_memory, latest_checkpoint
+from ppoor.models import latest_checkpoint
 from ppoor.models.checkpoints import CheckpointError
 from ppoor.models.rail import load_rail_policy, load_release_classifier
-from ppoor.models.runs import MAX_SEED, MAX_THREADS, check_numbers, fail, write_json
 from ppoor.plotting.railway import render_episode
 from ppoor.search.rail import (
     learned_release,
@@ -45,6 +44,8 @@ from ppoor.search.rail import (
     random_rule,
     shortest_path_rule,
 )
+from ppoor.training.runs import MAX_SEED, MAX_THREADS, check_numbers, fail, write_json
+from ppoor.training.runtime import keep_freed_memory
 
 METRICS = (
     "arrival_rate", "deadlock_rate", "score", "seconds_per_step", "flatland_seconds_per_step", "decisions_per_second"
@@ -109,7 +110,7 @@ LIMITS = {
     "threshold": (0.0, 1.0),
     "threads": (1, MAX_THREADS),
 }
-"""The closed range of every numeric argument (``models.runs.check_numbers``)."""
+"""The closed range of every numeric argument (``training.runs.check_numbers``)."""
 
 
 def check_args(args: Args) -> list[tuple[int, int, int]]:

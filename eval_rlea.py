@@ -24,7 +24,7 @@ import torch
 import tyro
 from ppoor.agents.episodes import METHODS, PLANNED, allowed_actions, rollout, summarize
 from ppoor.agents.settings import LLM_LIMITS, PLANNER, LLMArgs, check_args, encode, make_embedder, make_llms
-from ppoor.models.runs import MAX_SEED, check_writable, fail, write_json
+from ppoor.training.runs import MAX_SEED, check_writable, fail, write_json
 
 Method = Literal["standard", "cot", "self_refine", "rlea", "random", "fixed", "rlea_no_rag", "rlea_no_memory"]
 

@@ -36,16 +36,17 @@ import os
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import tyro
-from ppoor.envs.rail import STOP, RailDecisionEnv
+from ppoor.envs.rail import STOP
 from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
-from ppoor.models import StopRequest, keep_freed_memory
-from ppoor.models.rail import POLICY_INPUTS, RailPolicy, ReleaseClassifier, mask_logits
-from ppoor.models.runs import (
+from ppoor.models.rail import POLICY_INPUTS, RailPolicy, mask_logits
+from ppoor.search.rail import shortest_path_rule
+from ppoor.training.railway import RELEASE_THRESHOLDS, evaluate, learn_release, make_env, training_state
+from ppoor.training.runs import (
     MAX_SECONDS,
     MAX_THREADS,
     PPO_LIMITS,
@@ -57,9 +58,7 @@ from ppoor.models.runs import (
     resume_settings,
     wandb_problem,
 )
-from ppoor.search.rail import learned_release, play, policy_rule, shortest_path_rule, waiting_features
-
-VAL_SEED = 1_000_000  # validation maps: seeds VAL_SEED, VAL_SEED + 1, ...
+from ppoor.training.runtime import StopRequest, keep_freed_memory
 
 
 @dataclass
@@ -188,7 +187,7 @@ LIMITS = {
     "imitation_learning_rate": (1e-10, 10.0),
     "release_episodes": (0, 100_000),
 }
-"""The closed range of every numeric argument (``models.runs.check_numbers``)."""
+"""The closed range of every numeric argument (``training.runs.check_numbers``)."""
 
 
 def check_args(args: Args) -> None:
@@ -205,12 +204,6 @@ def check_args(args: Args) -> None:
         make_env(args)
     except ValueError as exc:
         sys.exit(f"error: {exc}")
-
-
-def make_env(args: Args) -> RailDecisionEnv:
-    return RailDecisionEnv(
-        args.width, args.height, args.trains, args.max_active, args.cities, args.safety, wait=args.wait
-    )
 
 
 def batch(observations: list, keys=POLICY_INPUTS) -> list:
@@ -337,96 +330,6 @@ def imitate(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
     return {"decisions": int(deciding.sum()), "agreement": float(agree), "value_loss": critic.item()}
 
 
-def exploring_release(rng: np.random.Generator, epsilon: float, depth: int, record: list):
-    """The training heuristic (closest to target first, at most max_active running) plus, each
-    simulator step, an early release of each other waiting train with probability ``epsilon``;
-    appends (handles, edges, globals) of every release to ``record``."""
-
-    def rule(wrapper) -> list[int]:
-        due = wrapper.due()
-        others = [h for h in wrapper.queue if not wrapper.released[h] and not wrapper.finished[h] and h not in due]
-        chosen = due + [h for h in others if rng.random() < epsilon]
-        if chosen:
-            handles, edges, globs = waiting_features(wrapper, depth)
-            rows = [int(np.flatnonzero(handles == h)[0]) for h in chosen]
-            record.append((chosen, edges[rows], globs[rows]))
-        return chosen
-
-    return rule
-
-
-def train_release_classifier(
-    policy: RailPolicy, args: Args, rng: np.random.Generator, stop: StopRequest
-) -> tuple[ReleaseClassifier, dict] | None:
-    """Release data from the trained greedy policy with the training heuristic and random early
-    releases (--release-episodes maps), each release labelled by whether that train arrived; a
-    classifier fitted to it (binary cross-entropy). Returns it and its training figures; None when
-    ``stop`` was requested before any release was recorded."""
-    env = make_env(args)
-    edges, globs, labels = [], [], []
-    for _ in range(args.release_episodes):
-        if stop.requested:
-            break
-        record = []
-        rule = exploring_release(rng, 0.05, args.tree_depth, record)
-        play(env, int(rng.integers(2**31)), policy_rule(policy), args.tree_depth, args.comm_radius, release_rule=rule)
-        for handles, e, g in record:
-            edges.append(e)
-            globs.append(g)
-            labels.extend(env.arrived[h] for h in handles)
-    if not labels:
-        return None
-    x_edges, x_globs = torch.as_tensor(np.concatenate(edges)), torch.as_tensor(np.concatenate(globs))
-    y = torch.as_tensor(np.array(labels, dtype=np.float32))
-    classifier = ReleaseClassifier(edge_slots(args.tree_depth), len(EDGE_FEATURES), len(GLOBAL_FEATURES))
-    optimizer = torch.optim.Adam(classifier.parameters(), lr=1e-3)
-    for _ in range(300):
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(classifier(x_edges, x_globs), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    with torch.no_grad():
-        accuracy = float(((classifier(x_edges, x_globs) > 0).float() == y).float().mean())
-    return classifier.eval(), {
-        "samples": len(y),
-        "arrived_share": float(y.mean()),
-        "loss": loss.item(),
-        "accuracy": accuracy,
-    }
-
-
-def evaluate(policy: RailPolicy, args: Args, stop: StopRequest | None = None, release_rule=None) -> dict:
-    """The greedy policy on the validation maps (with the training release heuristic, or ``release_rule``):
-    mean arrival and deadlock rate and score (over the maps played before ``stop`` was requested, at
-    least one)."""
-    env, rule = make_env(args), policy_rule(policy)
-    results = []
-    for k in range(args.eval_episodes):
-        if stop is not None and stop.requested and results:
-            break
-        results.append(play(env, VAL_SEED + k, rule, args.tree_depth, args.comm_radius, release_rule=release_rule))
-    return {key: float(np.mean([r[key] for r in results])) for key in ("arrival_rate", "deadlock_rate", "score")}
-
-
-RELEASE_THRESHOLDS = (0.0, 0.25, 0.5, 0.75)
-"""The learned release's thresholds tried on the validation maps; the best one is kept in the checkpoint."""
-
-
-def choose_threshold(policy: RailPolicy, classifier: ReleaseClassifier, args: Args, stop: StopRequest) -> dict:
-    """The threshold of ``RELEASE_THRESHOLDS`` with the best validation arrival rate of the greedy policy
-    with the learned release (the validation maps are disjoint from eval_flatland.py's test maps): its
-    figures and ``threshold``; the first ties win."""
-    best = {"arrival_rate": -1.0}
-    for threshold in RELEASE_THRESHOLDS:
-        if stop.requested:
-            break
-        result = evaluate(policy, args, stop, learned_release(classifier, args.tree_depth, threshold))
-        print(f"release threshold {threshold:g}: validation arrival rate {result['arrival_rate']:.3f}", flush=True)
-        if result["arrival_rate"] > best["arrival_rate"]:
-            best = {**result, "threshold": threshold}
-    return best
-
-
 RESUME_OVERRIDES = ("total_timesteps", "total_seconds", "checkpoint_interval", "eval_interval", "threads", "track",
                     "wandb_project_name", "wandb_entity")  # fmt: skip
 """The arguments a resumed run may change; any other one given must equal the checkpoint's."""
@@ -519,41 +422,8 @@ def ppo_update(policy: RailPolicy, optimizer, b: dict, args: Args) -> dict:
     return {**stats, "clipfrac": float(np.mean(clipfracs))}
 
 
-def learn_release(policy: RailPolicy, args: Args, rng: np.random.Generator, stop: StopRequest) -> dict:
-    """Trains the release classifier on --release-episodes of the final policy and chooses its threshold on
-    the validation maps; returns what the checkpoint keeps of it (nothing when stopped)."""
-    kept = {}
-    if trained := train_release_classifier(policy, args, rng, stop):
-        classifier, figures = trained
-        print(
-            f"release classifier: {figures['samples']} releases from {args.release_episodes} episodes "
-            f"({figures['arrived_share']:.0%} arrived), training accuracy {figures['accuracy']:.3f}",
-            flush=True,
-        )
-        kept.update(release_model=classifier.state_dict(), release_config=classifier.shape)
-        if args.eval_episodes and "threshold" in (chosen := choose_threshold(policy, classifier, args, stop)):
-            kept["release_threshold"] = chosen["threshold"]
-            print(f"release threshold {chosen['threshold']:g} kept (chosen on the validation maps)", flush=True)
-    return kept
-
-
-def training_state(policy: RailPolicy, optimizer, model_config: dict, rng, args: Args, extra: dict) -> dict:
-    """What a checkpoint holds beside the run's state: the policy, the optimizer, the settings, the RNG
-    states and ``extra`` (episodes played, the best policy so far, the release classifier)."""
-    return {
-        "problem": "rail",
-        "num_nodes": args.trains,
-        "model_config": model_config,
-        "model": policy.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "args": asdict(args),
-        "rng": {"torch": torch.get_rng_state(), "numpy": rng.bit_generator.state},
-        **extra,
-    }
-
-
 def main(args: Args, given: set[str] | None = None) -> None:
-    """Trains; ``given``: the fields given on the command line (``models.runs.given_fields``)."""
+    """Trains; ``given``: the fields given on the command line (``training.runs.given_fields``)."""
     args, ckpt = resolve_args(args, given)
 
     # seeding

@@ -18,14 +18,15 @@ import math
 import os
 import random
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import torch
 import tyro
-from ppoor.agents.settings import LLM_LIMITS, PLANNER, LLMArgs, check_args, encode, make_embedder, make_llms
-from ppoor.models.runs import MAX_SEED, Run, fail, given_fields, resume_settings, wandb_problem
+from ppoor.agents.settings import LLM_LIMITS, LLMArgs, check_args, encode, make_embedder, make_llms
+from ppoor.training.rlea import log_episode, save_run
+from ppoor.training.runs import MAX_SEED, Run, fail, given_fields, resume_settings, wandb_problem
 
 
 @dataclass
@@ -102,7 +103,7 @@ def resolve_args(args: Args, given: set[str] | None = None) -> tuple[Args, dict 
     if args.resume:
         args, ckpt = resume_settings(args, given or set(), ("episodes",), {}, "rlea.py", ("episode", "episodes"),
                                      CHECKPOINT)  # fmt: skip
-        ckpt.setdefault("global_step", ckpt.get("episode", 0))  # the run's count (checkpoints before models.runs.Run)
+        ckpt.setdefault("global_step", ckpt.get("episode", 0))  # the run's count (checkpoints before training.runs.Run)
         if ckpt.get("script") != "rlea.py":
             fail(
                 [
@@ -114,50 +115,8 @@ def resolve_args(args: Args, given: set[str] | None = None) -> tuple[Args, dict 
     return args, ckpt
 
 
-def log_episode(
-    run: Run, result, recent: list, alpha: float, loss: float, totals: dict, lessons: int, args: Args
-) -> str:
-    """Logs an episode's charts (success over the ``recent`` episodes, the actions chosen, LLM use)
-    and returns its line."""
-    from ppoor.agents.episodes import summarize
-    from ppoor.agents.planner import ACTIONS
-
-    stats = summarize(recent)
-    for tag, value in (
-        ("charts/success_rate", stats["success_rate"]), ("charts/runtime_error_rate", stats["runtime_error_rate"]),
-        ("charts/mean_gap", stats["mean_gap"]), ("charts/alpha", alpha),
-        ("charts/episode_reward", sum(t[2] for t in result.transitions)),
-        ("charts/episode_steps", len(result.attempts)), ("charts/llm_calls", totals["calls"]),
-        ("charts/llm_tokens", totals["tokens"]), ("charts/memory_lessons", lessons), ("losses/soft_q_loss", loss),
-        *((f"charts/action_{name}", np.mean([t[1] == i for t in result.transitions]) if result.transitions else 0.0)
-          for i, name in enumerate(ACTIONS)),
-    ):  # fmt: skip
-        if value is not None and not (isinstance(value, float) and math.isnan(value)):
-            run.log(tag, value)
-    last = result.attempts[-1]
-    return (
-        f"episode={run.global_step}/{args.episodes} problem={result.problem} steps={len(result.attempts)} "
-        f"actions={','.join(a.action for a in result.attempts)} success={last.success} ran={last.ran} "
-        f"reward={last.reward:.3f} alpha={alpha:.3f} loss={loss:.4f} sr20={stats['success_rate']:.2f} "
-        f"llm_calls={totals['calls']} tokens={totals['tokens']} elapsed={run.elapsed:.0f}s"
-    )
-
-
-def save_run(run: Run, learner, args: Args, totals: dict, embed, memory) -> str:
-    """The training state (``rlea.pt``: the learner, the LLM totals), the planner alone (``planner.pt``,
-    what eval_rlea.py reads), the memory and the embedding cache, all in the run folder."""
-    from ppoor.models.checkpoints import save_checkpoint
-
-    planner = {"script": "rlea.py", "args": asdict(args), "episode": run.global_step,
-               "q_net": learner.q_net.state_dict(), "state_dim": learner.state_dim, "embedder": embed.name}  # fmt: skip
-    save_checkpoint(planner, os.path.join(run.dir, PLANNER))
-    memory.save(os.path.join(run.dir, "memory.json"))
-    embed.save()
-    return run.save({**planner, **learner.state_dict(), "totals": totals})
-
-
 def main(args: Args, given: set[str] | None = None) -> None:
-    """Trains the planner; ``given``: the fields given on the command line (``models.runs.given_fields``)."""
+    """Trains the planner; ``given``: the fields given on the command line (``training.runs.given_fields``)."""
     args, ckpt = resolve_args(args, given)
     from ppoor.agents.episodes import rollout
     from ppoor.agents.executor import Executor

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from ppoor.models.runs import check_numbers, exp_name_problem, fail, wandb_problem
+from ppoor.training.runs import check_numbers, exp_name_problem, fail, wandb_problem
 
 PLANNER = "planner.pt"  # the soft Q-network alone, what eval_rlea.py needs (with memory.json beside it)
 

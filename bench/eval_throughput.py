@@ -25,8 +25,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ppoor.envs import kool_dataset  # noqa: E402
-from ppoor.models import Agent, keep_freed_memory  # noqa: E402
+from ppoor.models import Agent  # noqa: E402
 from ppoor.search import decode  # noqa: E402
+from ppoor.training.runtime import keep_freed_memory  # noqa: E402
 
 SETTINGS = [("greedy", 1), ("multi-greedy", 1), ("greedy", 8), ("multi-greedy", 8)]
 

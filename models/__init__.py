@@ -10,7 +10,6 @@ from ppoor.models.checkpoints import (
     read_checkpoint,
     save_checkpoint,
 )
-from ppoor.models.runtime import StopRequest, keep_freed_memory
 from ppoor.models.state import StateWrapper
 
 __all__ = [
@@ -19,9 +18,7 @@ __all__ = [
     "Cache",
     "CheckpointError",
     "StateWrapper",
-    "StopRequest",
     "export_weights",
-    "keep_freed_memory",
     "latest_checkpoint",
     "load_agent",
     "read_checkpoint",

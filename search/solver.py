@@ -29,8 +29,8 @@ from ppoor.data.references import SOLVERS, solve_reference
 from ppoor.envs import ENV_IDS, ENV_VARIANTS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import latest_checkpoint, load_agent
-from ppoor.models.runs import memory_problem
 from ppoor.search.decoding import DECODES, decode
+from ppoor.training.runs import memory_problem
 
 IMPLAUSIBLE_GAP = 5.0  # percent below the reference on most instances: the references are for other data
 

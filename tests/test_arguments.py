@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ppoor.agents.settings import check_args as rlea_check_args
-from ppoor.models.runs import MAX_SECONDS, check_numbers, fail, flag, new_run_dir
+from ppoor.training.runs import MAX_SECONDS, check_numbers, fail, flag, new_run_dir
 
 from ppoor import eval as evaluator
 from ppoor import eval_rlea, ppo_or, rlea

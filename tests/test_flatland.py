@@ -148,6 +148,7 @@ def test_a_short_training_run_raises_the_arrival_rate(tmp_path, monkeypatch):
     import torch
     from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots
     from ppoor.models.rail import RailPolicy, load_rail_policy
+    from ppoor.training import railway
 
     from ppoor import ppo_flatland
 
@@ -157,11 +158,11 @@ def test_a_short_training_run_raises_the_arrival_rate(tmp_path, monkeypatch):
         release_episodes=0, safety=False,
     )  # fmt: skip
     torch.manual_seed(args.seed)  # the trainer's initial weights
-    untrained = ppo_flatland.evaluate(RailPolicy(edge_slots(2), len(EDGE_FEATURES), len(GLOBAL_FEATURES)).eval(), args)
+    untrained = railway.evaluate(RailPolicy(edge_slots(2), len(EDGE_FEATURES), len(GLOBAL_FEATURES)).eval(), args)
     ppo_flatland.main(args)
     (run,) = (tmp_path / "runs").iterdir()
     trained_policy, _ = load_rail_policy(sorted((run / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1])
-    trained = ppo_flatland.evaluate(trained_policy, args)
+    trained = railway.evaluate(trained_policy, args)
     assert trained["arrival_rate"] >= untrained["arrival_rate"] + 0.1, (untrained, trained)
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from ppoor.envs import ENV_IDS, kool_dataset, standard_dataset
 from ppoor.models import Agent, load_agent, read_checkpoint
 from ppoor.search import decode
+from ppoor.training.routing import stack_states
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -441,7 +442,7 @@ def rollout_batch(seed: int, num_envs: int = 6, num_nodes: int = 5):
     }
     batch["weights"] = torch.stack([num_nodes * logprobs[0].exp(), torch.ones_like(logprobs[1])]) * alive
     rollout_batch.norms = norms  # the batch statistics the rollout normalised with
-    return agent, static, ppo_or.stack_states(states), batch
+    return agent, static, stack_states(states), batch
 
 
 @settings(max_examples=8, deadline=None)

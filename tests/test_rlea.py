@@ -667,7 +667,7 @@ def program_endpoint():
 
 
 def test_rlea_trains_checkpoints_and_resumes_against_an_endpoint(tmp_path, program_endpoint):
-    """rlea.py's run (models.runs.Run with one checkpoint file): an episode, its checkpoint and planner,
+    """rlea.py's run (training.runs.Run with one checkpoint file): an episode, its checkpoint and planner,
     a resume from the folder and one from the file that goes on in the same folder, settings that may
     not change, a finished run refused."""
     folder = folder_of(tmp_path / "problems", {**problem_on(line(), [], 8.0, optimal=True, name="line-a"),

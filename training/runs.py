@@ -320,7 +320,7 @@ class Run:
     def __init__(self, args, stem: str, ckpt: dict | None = None, rank: int = 0, world_size: int = 1,
                  device: torch.device | None = None, reserve: float = 0.0, total_field: str = "total_timesteps",
                  file_name: str | None = None, **extra):  # fmt: skip
-        from ppoor.models.runtime import StopRequest
+        from ppoor.training.runtime import StopRequest
         from torch.utils.tensorboard import SummaryWriter
 
         self.args, self.rank, self.world_size, self.device, self.reserve = args, rank, world_size, device, reserve
@@ -385,7 +385,7 @@ class Run:
 
     def tick(self) -> None:
         """Ends an iteration's timing: ``elapsed`` is the largest over the processes."""
-        from ppoor.models.parallel import synced
+        from ppoor.training.parallel import synced
 
         self.elapsed = synced(time.time() - self.clock, self.device)
 
@@ -441,7 +441,7 @@ class Run:
 
     def stopped(self, path: str | None) -> None:
         """Ends a run asked to stop: says where its checkpoint is, exit status 130."""
-        from ppoor.models.parallel import finish_processes
+        from ppoor.training.parallel import finish_processes
 
         if self.is_main:
             print(f"stopped: checkpoint {path}; continue with --resume", flush=True)
