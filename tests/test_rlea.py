@@ -1,6 +1,7 @@
 """RLEA: the benchmark's files, the checker against every broken constraint, the sandbox's limits,
 the planner's soft Q-learning, retrieval, memory, and the loop end to end with replayed replies."""
 
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -637,20 +638,25 @@ def test_a_real_run_with_the_local_model_trains_checkpoints_and_resumes(tmp_path
     shutil.rmtree(run_dir)
 
 
-@pytest.fixture
-def program_endpoint():
-    """An OpenAI-compatible endpoint on loopback that answers every chat with NEAREST_FIRST in a code
-    block (a stand-in for a model that writes a right program); yields its base URL."""
+@contextlib.contextmanager
+def chat_endpoint(content: str, usage=(5, 3), seen: dict | None = None):
+    """An OpenAI-compatible endpoint on loopback (a stand-in for vLLM / Ollama / a hosted API) that
+    answers every /v1/chat/completions request with ``content`` and ``usage`` (prompt, completion
+    tokens), recording the last request's path, key and body in ``seen``; yields its base URL."""
     import http.server
     import threading
 
+    seen = {} if seen is None else seen
+
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
-            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": request["model"],
-                               "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                                   "role": "assistant", "content": f"```python\n{NEAREST_FIRST}```"}}],
-                               "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}).encode()
+            seen["path"], seen["auth"] = self.path, self.headers.get("Authorization")
+            seen["body"] = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": seen["body"]["model"],
+                               "choices": [{"index": 0, "finish_reason": "stop",
+                                            "message": {"role": "assistant", "content": content}}],
+                               "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
+                                         "total_tokens": sum(usage)}}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -662,8 +668,17 @@ def program_endpoint():
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/v1"
-    server.shutdown()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/v1"
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture
+def program_endpoint():
+    """An endpoint whose model writes NEAREST_FIRST, a right program, in a code block."""
+    with chat_endpoint(f"```python\n{NEAREST_FIRST}```") as url:
+        yield url
 
 
 def test_rlea_trains_checkpoints_and_resumes_against_an_endpoint(tmp_path, program_endpoint):
@@ -701,39 +716,16 @@ def test_the_openai_backend_speaks_the_chat_completions_protocol():
     """OpenAIChat against a minimal local HTTP endpoint that answers /v1/chat/completions as the
     protocol says (a stand-in for vLLM / Ollama / a hosted API, on loopback): the model name, the
     messages and the key arrive; the reply text and token counts come back."""
-    import http.server
-    import threading
-
     from ppoor.agents.llm import OpenAIChat
 
     seen = {}
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            seen["path"], seen["auth"] = self.path, self.headers.get("Authorization")
-            seen["body"] = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": seen["body"]["model"],
-                               "choices": [{"index": 0, "finish_reason": "stop",
-                                            "message": {"role": "assistant", "content": REPLIES["capacity"]}}],
-                               "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        os.environ["RLEA_TEST_KEY"] = "secret"
-        llm = OpenAIChat(f"http://127.0.0.1:{server.server_port}/v1", "my-model", "RLEA_TEST_KEY", timeout=30)
-        reply = llm.chat([{"role": "user", "content": "hi"}], 64, 0.0)
-    finally:
-        server.shutdown()
-        os.environ.pop("RLEA_TEST_KEY", None)
+    with chat_endpoint(REPLIES["capacity"], (11, 7), seen) as url:
+        try:
+            os.environ["RLEA_TEST_KEY"] = "secret"
+            llm = OpenAIChat(url, "my-model", "RLEA_TEST_KEY", timeout=30)
+            reply = llm.chat([{"role": "user", "content": "hi"}], 64, 0.0)
+        finally:
+            os.environ.pop("RLEA_TEST_KEY", None)
     assert seen["path"] == "/v1/chat/completions" and seen["auth"] == "Bearer secret"
     assert seen["body"]["model"] == "my-model" and seen["body"]["messages"][0]["content"] == "hi"
     assert reply.text == REPLIES["capacity"] and (reply.prompt_tokens, reply.completion_tokens) == (11, 7)
