@@ -157,6 +157,10 @@ class Args:
     in a third of the free memory on a GPU"""
     update_epochs: int = 2
     """the K epochs to update the policy (each stored step decoded K times with gradients)"""
+    step_fraction: float = 1.0
+    """the share of the T stored decoding steps each minibatch trains on, drawn anew for every minibatch
+    (every step equally likely, so the loss stays an unbiased estimate of the mean over all steps): the
+    update's cost scales with it (0.5 halves it)"""
     norm_adv: bool = True
     """toggles advantages normalization"""
     clip_coef: float = 0.2
@@ -260,6 +264,7 @@ LIMITS = {
     "num_envs": (1, math.inf),
     "n_traj": (1, math.inf),
     "train_augment": (1, 8),
+    "step_fraction": (1e-6, 1.0),
     "num_steps": (1, math.inf),
     "total_seconds": (1e-3, MAX_SECONDS),
     "checkpoint_seconds": (0.0, MAX_SECONDS),
@@ -445,8 +450,8 @@ def ppo_update(
     autocast,
 ) -> dict:  # fmt: skip
     """--update-epochs passes over the rollout's M instances in minibatches of about --minibatch-size,
-    one optimizer step each. A minibatch is encoded at once (batch norm over all its instances) and
-    decoded in chunks of at most ``chunk`` instances; each chunk's backward pass stops at the encoding
+    one optimizer step each, on a random --step-fraction of the stored steps. A minibatch is encoded at
+    once (batch norm over all its instances) and decoded in chunks of at most ``chunk`` instances; each chunk's backward pass stops at the encoding
     (freeing its decoding), and the encoder's backward pass runs once on the gradients they gathered:
     the accumulated gradient is the minibatch's.
     With --target-kl the update stops before a minibatch on which the policy has already moved more
@@ -456,8 +461,15 @@ def ppo_update(
     num_envs = batch["actions"].shape[1]
     size = math.ceil(num_envs / math.ceil(num_envs / args.minibatch_size))  # near-equal minibatches
     clipfracs, taken, last = [], 0, {}
+    stored = batch["actions"].shape[0]
+    sampled = max(1, math.ceil(args.step_fraction * stored))
+    full_steps, full_batch = steps, batch
     for _epoch in range(args.update_epochs):
         for mb_inds in torch.randperm(num_envs).to(batch["actions"].device).split(size):
+            if sampled < stored:  # --step-fraction: this minibatch's share of the stored steps
+                at = torch.randperm(stored)[:sampled].sort().values.to(mb_inds.device)
+                steps = {key: value.index_select(0, at) for key, value in full_steps.items()}
+                batch = {key: value.index_select(0, at) for key, value in full_batch.items()}
             totals = minibatch_totals(batch, mb_inds, args)
             optimizer.zero_grad()
             with autocast:

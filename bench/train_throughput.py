@@ -22,6 +22,7 @@ prints torch.profiler's table of that iteration (ops by self CPU time).
     python bench/train_throughput.py                                   # TSP50 and TSP100, M = 256
     python bench/train_throughput.py --num-nodes 50 --num-envs 64 256 --preset rlor
     python bench/train_throughput.py --num-nodes 100 --iterations 2 --profile
+    python bench/train_throughput.py --num-nodes 50 --minibatch-size 128 --step-fraction 0.5
 """
 
 import argparse
@@ -43,9 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PAPER_SPS = {64: 370, 1024: 240}  # TSP50, N = 50
 
 
-def measure(nodes: int, num_envs: int, preset: str, iterations: int, cache: bool) -> dict:
+def measure(nodes: int, num_envs: int, preset: str, iterations: int, cache: bool, extra: tuple = ()) -> dict:
     steps = (iterations + 1) * num_envs * (nodes + 1)
-    cmd = [sys.executable, str(ROOT / "ppo_or.py"), *trainer_args(nodes, num_envs, preset, steps)]
+    cmd = [sys.executable, str(ROOT / "ppo_or.py"), *trainer_args(nodes, num_envs, preset, steps, extra)]
     cmd += [] if cache else ["--no-encoder-cache"]
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=True).stdout
@@ -56,11 +57,12 @@ def measure(nodes: int, num_envs: int, preset: str, iterations: int, cache: bool
     return {"sps": env_steps / (rollout + update), "rollout": rollout / len(rows), "update": update / len(rows)}
 
 
-def trainer_args(nodes: int, num_envs: int, preset: str, steps: int) -> list[str]:
-    """ppo_or.py arguments of the measured runs: TSP, one thread, no evaluation, no early stop."""
+def trainer_args(nodes: int, num_envs: int, preset: str, steps: int, extra: tuple = ()) -> list[str]:
+    """ppo_or.py arguments of the measured runs: TSP, one thread, no evaluation, no early stop, and
+    ``extra`` (e.g. --step-fraction 0.5)."""
     args = ["--num-nodes", str(nodes), "--num-envs", str(num_envs), "--total-timesteps", str(steps)]
     args += ["--threads", "1", "--eval-interval", "0", "--checkpoint-interval", "0", "--no-anneal-lr"]
-    return args + ["--preset", preset, "--target-kl", "None"]
+    return args + ["--preset", preset, "--target-kl", "None", *extra]
 
 
 def count_cpu_attention() -> None:
@@ -75,15 +77,15 @@ def count_cpu_attention() -> None:
         flop_counter.register_flop_formula(backward, get_raw=True)(flop_counter.sdpa_backward_flop)
 
 
-def one_iteration(nodes: int, num_envs: int, preset: str, mode, epochs: int) -> None:
+def one_iteration(nodes: int, num_envs: int, preset: str, mode, epochs: int, extra: tuple = ()) -> None:
     """One iteration of the real trainer, in-process in a temporary folder, under ``mode`` (a
     context manager such as FlopCounterMode or the profiler)."""
-    argv = [*trainer_args(nodes, num_envs, preset, num_envs * (nodes + 1)), "--update-epochs", str(epochs)]
+    argv = [*trainer_args(nodes, num_envs, preset, num_envs * (nodes + 1), extra), "--update-epochs", str(epochs)]
     with trainer_run(argv, mode):
         pass
 
 
-def iteration_flops(nodes: int, num_envs: int, preset: str) -> tuple[float, float, dict]:
+def iteration_flops(nodes: int, num_envs: int, preset: str, extra: tuple = ()) -> tuple[float, float, dict]:
     """Model FLOPs of one rollout and of one update epoch (one iteration of the real trainer under
     FlopCounterMode, with 1 and with 2 update epochs: the difference is an epoch), and the FLOPs of
     the 1-epoch iteration per op name."""
@@ -91,7 +93,7 @@ def iteration_flops(nodes: int, num_envs: int, preset: str) -> tuple[float, floa
     totals, by_op = [], {}
     for epochs in (1, 2):
         counter = FlopCounterMode(display=False)
-        one_iteration(nodes, num_envs, preset, counter, epochs)
+        one_iteration(nodes, num_envs, preset, counter, epochs, extra)
         totals.append(counter.get_total_flops())
         if epochs == 1:
             by_op = {str(op): flops for op, flops in counter.get_flop_counts()["Global"].items()}
@@ -107,13 +109,13 @@ def op_group(name: str) -> str:
     return "matrix products" if op in ("mm", "bmm", "addmm") else "the rest"
 
 
-def where_time_goes(nodes: int, num_envs: int, preset: str, epochs: int, by_op: dict, peak: float) -> str:
+def where_time_goes(nodes: int, num_envs: int, preset: str, epochs: int, by_op: dict, peak: float, extra=()) -> str:
     """One profiled iteration, its self CPU time split into the attention kernels, the matrix products
     and everything else (elementwise ops, indexing, the optimizer, the env: no model FLOPs), each
     with its share of the time and its FLOP rate against the peak (``by_op``: the FLOPs of a
     1-epoch iteration; ``epochs`` is that of the profiled one)."""
     profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-    one_iteration(nodes, num_envs, preset, profiler, 1)
+    one_iteration(nodes, num_envs, preset, profiler, 1, extra)
     seconds = dict.fromkeys(["attention kernels", "matrix products", "the rest"], 0.0)
     for event in profiler.key_averages():
         seconds[op_group(event.key)] += event.self_cpu_time_total / 1e6
@@ -153,17 +155,25 @@ def main():
     parser.add_argument("--preset", choices=("ppo-or", "rlor"), default="ppo-or")
     parser.add_argument("--iterations", type=int, default=3, help="timed iterations after one warm-up")
     parser.add_argument("--profile", action="store_true", help="print the profiler's table of one iteration")
+    parser.add_argument(
+        "--minibatch-size", type=int, default=None, help="ppo_or.py's --minibatch-size (default: its own)"
+    )
+    parser.add_argument("--step-fraction", type=float, default=1.0, help="ppo_or.py's --step-fraction")
     args = parser.parse_args()
     if min(args.num_nodes) < 5 or min(args.num_envs) < 8 or args.iterations < 1:
         sys.exit("error: --num-nodes at least 5, --num-envs at least 8, --iterations at least 1")
     epochs = ppo_or.PRESETS[args.preset].update_epochs
-    print(f"TSP, preset {args.preset} ({epochs} update epoch(s)), 1 thread; times per iteration (one rollout + one update)")
+    extra = ("--step-fraction", str(args.step_fraction))
+    extra += ("--minibatch-size", str(args.minibatch_size)) if args.minibatch_size else ()
+    print(
+        f"TSP, preset {args.preset} ({epochs} update epoch(s)), 1 thread; times per iteration (one rollout + one update)"
+    )
     peak = matmul_peak()
     print(f"peak: float32 2048x2048 matmul on 1 thread, {peak / 1e9:.1f} GFLOP/s")
     for nodes in args.num_nodes:
         for m in args.num_envs:
-            cached = measure(nodes, m, args.preset, args.iterations, True)
-            uncached = measure(nodes, m, args.preset, args.iterations, False)
+            cached = measure(nodes, m, args.preset, args.iterations, True, extra)
+            uncached = measure(nodes, m, args.preset, args.iterations, False, extra)
             ratio = cached["update"] / cached["rollout"]
             line = (
                 f"TSP{nodes} M={m}: {cached['sps']:,.0f} env steps/s, rollout {cached['rollout']:.2f}s + update "
@@ -174,7 +184,7 @@ def main():
             if nodes == 50 and args.preset == "rlor" and m in PAPER_SPS:
                 line += f"; vs the paper's original code ({PAPER_SPS[m]}/s) {cached['sps'] / PAPER_SPS[m]:.1f}x"
             print(line, flush=True)
-            rollout_flops, epoch_flops, by_op = iteration_flops(nodes, m, args.preset)
+            rollout_flops, epoch_flops, by_op = iteration_flops(nodes, m, args.preset, extra)
             update_rate = epochs * epoch_flops / cached["update"]
             rollout_rate = rollout_flops / cached["rollout"]
             print(
@@ -183,11 +193,11 @@ def main():
                 f"rollout {rollout_rate / 1e9:.2f} GFLOP/s ({rollout_rate / peak:.0%})",
                 flush=True,
             )
-            print(where_time_goes(nodes, m, args.preset, epochs, by_op, peak), flush=True)
+            print(where_time_goes(nodes, m, args.preset, epochs, by_op, peak, extra), flush=True)
             if args.profile:
                 torch.set_num_threads(1)
                 profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-                one_iteration(nodes, m, args.preset, profiler, epochs)
+                one_iteration(nodes, m, args.preset, profiler, epochs, extra)
                 print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=15), flush=True)
 
 

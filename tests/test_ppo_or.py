@@ -587,3 +587,40 @@ def test_init_from_starts_a_new_run_from_a_models_weights(tmp_path):
             assert torch.allclose(trained["model"][key], value, atol=1e-6), key
     result = train(tmp_path, "--init-from", "cvrp20", check=False)
     assert result.returncode != 0 and "--init-from cvrp20 is a CVRP model, not TSP" in result.stderr
+
+
+@settings(max_examples=6, deadline=None)
+@given(norm_adv=st.booleans(), seed=st.integers(0, 1000))
+def test_a_step_fraction_trains_on_a_subset_of_the_stored_steps(norm_adv, seed):
+    """--step-fraction 0.5 over T = 2 stored steps: the update's step is exactly the step of the update
+    on the rollout cut down to one of its steps (the one drawn), and both steps can be drawn. One
+    minibatch of all instances, SGD, so that the step is the gradient itself."""
+    import contextlib
+
+    from ppoor import ppo_or
+
+    def step(fraction: float, keep: list[int] | None, draw: int) -> list:
+        agent, static, steps, batch = rollout_batch(seed)
+        if keep is not None:
+            steps = {key: value[keep] for key, value in steps.items()}
+            batch = {key: value[keep] for key, value in batch.items()}
+        args = ppo_or.Args(num_envs=6, n_traj=5, num_nodes=5, norm_adv=norm_adv, minibatch_size=6, update_epochs=1)
+        args = ppo_or.replace(args, target_kl=None, max_grad_norm=1e6, step_fraction=fraction)
+        before = [p.detach().clone() for p in agent.parameters()]
+        torch.manual_seed(draw)
+        ppo_or.ppo_update(agent, torch.optim.SGD(agent.parameters(), lr=1.0), static, steps, batch, args, 6,
+                          contextlib.nullcontext())  # fmt: skip
+        return [b - p.detach() for b, p in zip(before, agent.parameters(), strict=True)]
+
+    def same(a: list, b: list) -> bool:
+        return all(torch.allclose(x, y, rtol=1e-4, atol=1e-6) for x, y in zip(a, b, strict=True))
+
+    alone = [step(1.0, [t], 0) for t in (0, 1)]
+    assert not same(*alone)
+    drawn = set()
+    for draw in range(8):
+        sampled = step(0.5, None, draw)
+        matches = [t for t in (0, 1) if same(sampled, alone[t])]
+        assert len(matches) == 1
+        drawn.add(matches[0])
+    assert drawn == {0, 1}
