@@ -67,9 +67,10 @@ def check_only(argv: list[str], cwd: Path, monkeypatch) -> None:
         argv = ["python", *argv[next(i for i, a in enumerate(argv) if a.endswith(".py")) :]]
     assert argv[0] == "python", argv
     script, args = argv[1], argv[2:]
-    if script.startswith("bench/"):
-        result = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True,
-                                timeout=300)  # fmt: skip
+    if script.startswith("bench/") or script == "-m":  # a bench script or a module: it answers --help
+        target = ["-m", args[0]] if script == "-m" else [str(ROOT / script)]
+        result = subprocess.run([sys.executable, *target, "--help"], capture_output=True, text=True, timeout=300,
+                                cwd=ROOT)  # fmt: skip
         assert result.returncode == 0, result.stderr
         return
     assert script in SCRIPTS, script

@@ -1,0 +1,129 @@
+"""DRoC's problem files read as they are (agents/droc.py): plain data only, never run; mapped to our
+format where the semantics are ours, refused with the reason elsewhere; DRoC's published optimum
+checked against ours. The files here are written for the tests in DRoC's layout (its repository's
+problems/*.py: literal assignments, params_dict, input, optimal), never copied from it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ppoor.agents.droc import DRoCError, code_parts, droc_problem, read_droc
+from ppoor.agents.problems import load_problems
+
+ROOT = Path(__file__).resolve().parents[1]
+pytest.importorskip("ortools", reason="the reference solver needs OR-Tools (requirements-rlea.txt)")
+
+LINE = [[abs(i - j) * 10 for j in range(5)] for i in range(5)]  # node i at 10 i on a line, depot 0
+
+
+def droc_file(tmp_path, name: str, body: str) -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(body)
+    return path
+
+
+def layout(title: str, params: str, optimal, extra: str = "", matrix=LINE) -> str:
+    """A DRoC problem module: the matrix, the parameters, params_dict, input and optimal."""
+    return (f"problem = {matrix!r}\n{extra}params_dict = {{{params}}}\n"
+            f"input = {{'problem': '{title}', 'code_example': '''def solve(...):\\n    return -1\\n''', "
+            f"'solver': 'OR-tools'}}\noptimal = {optimal}\n")  # fmt: skip
+
+
+def test_a_cvrp_file_maps_to_our_format_and_its_optimum_is_ours(tmp_path):
+    extra = "demands = [0, 3, 3, 3, 3]\nvehicle_capacity = [6, 6]\nnum_veh = 2\n"
+    params = ("'distance_matrix': problem, 'demands': demands, 'num_vehicle': num_veh, "
+              "'vehicle_capacity': vehicle_capacity, 'depot': 0")  # fmt: skip
+    # two routes of two customers each: 0-2-1-0 (40) and 0-4-3-0 (80)
+    path = droc_file(tmp_path, "CVRP", layout("Capacitated Vehicle Routing Problem (CVRP)", params, 120, extra))
+    problem = droc_problem(path, seconds=1.0)
+    assert problem["families"] == ["capacity"] and problem["name"] == "droc-cvrp"
+    assert problem["instance"]["capacity"] == 6 and problem["instance"]["demand"] == [0, 3, 3, 3, 3]
+    assert problem["reference"]["objective"] == 120 and problem["reference"]["published"] == 120
+    assert "published_ignores" not in problem["reference"]
+
+
+def test_a_published_value_that_ignores_a_stated_limit_is_named(tmp_path):
+    """DRoC's VRPL states a duration limit its published optimum breaks (46 for a tour of 46 with a
+    limit of 40): ours stands, and the report says which constraint the published value leaves out."""
+    pairs = [[0, 10, 10, 10, 10], [10, 0, 10, 15, 15], [10, 10, 0, 15, 15], [10, 15, 15, 0, 10], [10, 15, 15, 10, 0]]
+    extra = "num_veh = 2\nduration_limit = 40\n"
+    params = "'time_matrix': problem, 'num_vehicle': num_veh, 'depot': 0, 'duration_limit': duration_limit"
+    # one tour 0-1-2-3-4-0 is 55 > 40; within the limit 0-1-2-0 and 0-3-4-0, 30 each
+    path = droc_file(tmp_path, "VRPL", layout("Vehicle Routing Problem with Duration Limit (VRPL)", params, 55, extra,
+                                              pairs))  # fmt: skip
+    problem = droc_problem(path, seconds=1.0)
+    assert problem["instance"]["max_route_distance"] == 40
+    assert problem["reference"]["objective"] == 60
+    assert problem["reference"]["published_ignores"] == ["distance_limit"]
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(2, 40), service=st.integers(0, 20), parts=st.integers(1, 9))
+def test_plain_data_statements_are_evaluated_without_running_anything(tmp_path_factory, n, service, parts):
+    tmp = tmp_path_factory.mktemp("droc")
+    path = droc_file(tmp, "VRPS", f"problem = [[0] * {n}] * {n}\nservice_time = [{service}]*len(problem)\n"
+                     f"service_time[0] = 0\nk = len(problem) // {parts}\nwindows = [(0, -5), (1, 2)]\n")  # fmt: skip
+    names = read_droc(path)
+    assert names["service_time"] == [0] + [service] * (n - 1) and names["k"] == n // parts
+    assert names["windows"] == [(0, -5), (1, 2)]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "import os\n",
+        "x = __import__('os').system('touch {flag}')\n",
+        "x = open('{flag}', 'w')\n",
+        "x = (1).__class__\n",
+        "def solve():\n    return 1\n",
+        "print('hi')\n",
+        "x = [1] * 10**9\n",
+        "x = y\n",
+    ],
+)
+def test_anything_but_plain_data_is_refused_and_never_run(tmp_path, body):
+    flag = tmp_path / "ran"
+    path = droc_file(tmp_path, "CVRP", body.format(flag=flag))
+    with pytest.raises(DRoCError, match=r"CVRP.py:\d+: ") as raised:
+        read_droc(path)
+    assert "\n" not in str(raised.value) and not flag.exists()
+
+
+def test_what_our_format_cannot_say_is_refused_with_the_reason(tmp_path):
+    windows = droc_file(tmp_path, "VRPTW", layout("Vehicle Routing Problem with Time Windows (VRPTW)",
+                                                  "'time_matrix': problem, 'num_vehicle': 2, 'depot': 0", 10))  # fmt: skip
+    with pytest.raises(DRoCError, match=r"VRPTW.py \(VRPTW\): not yet in our format: time windows"):
+        droc_problem(windows)
+    extra = "demands = [0, 1, 1, 2, 2]\n"  # depot 1 of the fleet's starts has a demand
+    params = ("'distance_matrix': problem, 'demands': demands, 'num_vehicle': 2, 'vehicle_capacities': [5, 5], "
+              "'starts': [0, 1], 'ends': [0, 1]")  # fmt: skip
+    depots = droc_file(tmp_path, "CVRPMD", layout("Capacitated Vehicle Routing Problem with Multiple Depots (CVRPMD)",
+                                                  params, 10, extra))  # fmt: skip
+    with pytest.raises(DRoCError, match=r"instance\['demand'\]\[1\] is 1 at depot 1"):
+        droc_problem(depots)
+    assert code_parts("PCVRPTWMD") == {"PC", "VRP", "TW", "MD"} and code_parts("OCVRPL") == {"O", "C", "VRP", "L"}
+    assert code_parts("TSPTWS") == {"TSP", "TW", "S"} and code_parts("XYZ") is None
+
+
+def test_the_importer_writes_problems_eval_rlea_reads(tmp_path):
+    folder = tmp_path / "problems"
+    folder.mkdir()
+    (folder / "TSP.py").write_text(layout("Travelling Salesman Problem (TSP)", "'distance_matrix': problem, 'depot': 0", 80))
+    (folder / "OVRP.py").write_text(layout("Vehicle Routing Problem with Open Start and End locations (OVRP)",
+                                           "'distance_matrix': problem, 'num_vehicle': 2", 40))  # fmt: skip
+    out = tmp_path / "ours"
+    run = subprocess.run([sys.executable, "-m", "ppoor.agents.droc", str(folder), "--out", str(out), "--seconds", "0.5"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "TSP.py: droc-tsp (tsp), our reference 80 (proven optimal); DRoC's optimal 80" in run.stdout
+    assert "refused: OVRP.py (OVRP): not yet in our format: open routes with a free start" in run.stdout
+    assert "1 of 2 DRoC problems written" in run.stdout
+    (problem,) = load_problems(out)
+    assert problem["name"] == "droc-tsp" and json.loads((out / "droc-tsp.json").read_text())["reference"]["optimal"]
+    bad = subprocess.run([sys.executable, "-m", "ppoor.agents.droc", str(tmp_path / "none"), "--out", str(out)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode != 0 and "is not a folder of DRoC problem files" in bad.stderr
