@@ -65,12 +65,21 @@ class Args:
     """size of the test / val instances; None takes the checkpoint's training size"""
     num_instances: int | None = None
     """evaluate only the first K instances; None evaluates all (the Kool sets hold 10,000, the VRP sets 1,000)"""
-    decode: Literal["greedy", "multi-greedy", "sampling"] = "greedy"
-    """greedy (one trajectory), multi-greedy (one greedy trajectory per start node) or sampling"""
+    decode: Literal["greedy", "multi-greedy", "sampling", "multi-sampling"] = "greedy"
+    """greedy (one trajectory), multi-greedy (one greedy trajectory per start node), sampling, or multi-sampling
+    (one sampled trajectory per start node)"""
     num_starts: int | None = None
-    """multi-greedy: number of start nodes; None takes every node for TSP, every customer for CVRP and VRP"""
+    """multi-greedy and multi-sampling: number of start nodes; None takes every node for TSP, every customer for
+    CVRP and VRP"""
     num_samples: int = 16
     """sampling: trajectories sampled per instance"""
+    temperature: float = 1.0
+    """sampling and multi-sampling: the policy's logits are divided by this (below 1 sharper, above flatter)"""
+    top_k: int | None = None
+    """sampling and multi-sampling: draw only among the k most probable actions; None: all"""
+    top_p: float | None = None
+    """sampling and multi-sampling: draw only among the most probable actions whose probability reaches p
+    (nucleus sampling); None: all"""
     augment: int = 1
     """decode each instance under this many of the 8 symmetries of the unit square (1 or 8); best kept"""
     batch_size: int = 256
@@ -109,6 +118,9 @@ LIMITS = {
     "num_instances": (1, math.inf),
     "num_starts": (1, math.inf),
     "num_samples": (1, 100_000),
+    "temperature": (1e-3, 100.0),
+    "top_k": (1, math.inf),
+    "top_p": (1e-9, 1.0),
     "augment": (1, 8),
     "batch_size": (1, math.inf),
     "seed": (0, MAX_SEED),
@@ -189,6 +201,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
                 solver_seconds=args.solver_seconds,
                 reencode=args.reencode,
                 progress=progress.update,
+                temperature=args.temperature,
+                top_k=args.top_k,
+                top_p=args.top_p,
             )
     except (CheckpointError, DataError, ValueError, ImportError) as exc:
         sys.exit(f"error: {exc}")
@@ -199,7 +214,12 @@ def main(args: Args, given: set[str] | None = None) -> None:
     seconds, mean_gap, known = solutions.seconds, solutions.mean_gap, np.isfinite(solutions.gaps)
     variant = args.variant or model.variant
 
-    decoding = args.decode + (f" x{args.augment} aug" if args.augment > 1 else "")
+    controls = [f"T={args.temperature:g}"] if args.temperature != 1.0 else []
+    controls += [f"k={args.top_k}"] if args.top_k is not None else []
+    controls += [f"p={args.top_p:g}"] if args.top_p is not None else []
+    sampled = args.decode in ("sampling", "multi-sampling")
+    decoding = args.decode + (f" {','.join(controls)}" if sampled and controls else "")
+    decoding += f" x{args.augment} aug" if args.augment > 1 else ""
     what = {"mtvrp": "VRP"}.get(problem, problem.upper())
     if variant in variants_of(problem) and args.data in STANDARD_SETS:
         what += f", variant {variant}"
@@ -225,6 +245,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
             "problem": problem,
             "decode": args.decode,
             "augment": args.augment,
+            **({"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p} if sampled else {}),
             "num_instances": len(lengths),
             "mean_length": float(lengths.mean()),
             "lengths": lengths.tolist(),

@@ -1,5 +1,6 @@
 """Search: decoding strategies that turn a trained policy into solutions (greedy, multi-greedy,
-sampling, x8 augmentation), shared by eval.py and ppo_or.py's periodic evaluation."""
+sampling with temperature / top-k / top-p, multi-sampling, x8 augmentation), shared by eval.py,
+the Python API (``solver``) and ppo_or.py's periodic evaluation."""
 
 from ppoor.search.decoding import DECODES, DecodeResult, allowed_starts, augment, decode, forced_actions, rollout
 from ppoor.search.solutions import InvalidTourError, tour_length, validate_tour

@@ -7,7 +7,10 @@
   TSP all nodes; CVRP, VRP, MRCVRP and the prize-collecting problems all customers; PDP the pickups;
   MDVRP the customers and the other depots), which is "trajectory i starts at node i" up to order; a
   start the mask forbids repeats the first allowed action.
-- sampling: K trajectories sampled from the policy.
+- sampling: K trajectories sampled from the policy, optionally sharpened or truncated
+  (``temperature``, ``top_k``, ``top_p``: ``filter_logits``).
+- multi-sampling (POMO-style starts, then sampling): K trajectories per instance, trajectory i forced
+  to start at the i-th start node as in multi-greedy, every later step sampled.
 Each can run on the 8 symmetries of the unit square (``augment=8``). The best trajectory of an
 instance is kept. Every rollout runs until every trajectory has finished.
 """
@@ -24,7 +27,8 @@ from ppoor.models.agent import Agent, sample
 from ppoor.models.state import StateWrapper
 from ppoor.search.solutions import COSTS, InvalidTourError, tour_length, validate_tour
 
-DECODES = ("greedy", "multi-greedy", "sampling")
+DECODES = ("greedy", "multi-greedy", "sampling", "multi-sampling")
+MULTI_START = ("multi-greedy", "multi-sampling")
 SYMMETRIES = 8
 CPU_MAX_ROWS = 256  # on a CPU, instances x symmetric copies per rollout: the encoder's work stays in cache
 CPU_MAX_QUERIES = 4096  # on a CPU, rows x trajectories per decode step (measured best, TSP50, 1 thread)
@@ -77,6 +81,26 @@ def allowed_starts(actions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(allowed, actions, mask.to(torch.uint8).argmax(-1))
 
 
+def filter_logits(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> torch.Tensor:
+    """The logits [B, N, A] a sampled step draws from: divided by ``temperature`` (below 1 sharper,
+    above flatter), then only the ``top_k`` most probable actions kept, then only the smallest set of
+    most probable actions whose probability reaches ``top_p`` (nucleus sampling; the most probable
+    action always stays). Removed actions get -inf, as infeasible ones have."""
+    if temperature != 1.0:
+        logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        ordered, order = logits.sort(dim=-1, descending=True)
+        before = ordered.softmax(-1).cumsum(-1) - ordered.softmax(-1)  # probability of the better actions
+        drop = torch.zeros_like(before, dtype=torch.bool).scatter(-1, order, before >= top_p)  # unsorted
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
 @torch.no_grad()
 def rollout(
     agent: Agent,
@@ -86,6 +110,7 @@ def rollout(
     num_starts: int | None = None,
     reencode: bool = False,
     generator: torch.Generator | None = None,
+    sampling: dict | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Runs M instances x ``n_traj`` trajectories until all have terminated.
 
@@ -93,6 +118,7 @@ def rollout(
     trajectory i starts at start node i (TSP node i, CVRP customer i + 1); with fewer, at the i-th most
     probable start node (a forbidden start: the first allowed action). A step where every trajectory has a single allowed action (TSP's return) is taken
     without the model. ``reencode`` re-runs the encoder at every step (the uncached baseline).
+    ``sampling``: ``filter_logits``'s temperature, top_k and top_p for the sampled steps.
     Returns actions [M, N, T], lengths [M, N] (minus the summed rewards: the costs) and the number of steps of
     each trajectory [M, N].
     """
@@ -125,7 +151,7 @@ def rollout(
             elif greedy:
                 action = logits.argmax(-1)
             else:
-                action = sample(torch.log_softmax(logits, -1), generator)
+                action = sample(torch.log_softmax(filter_logits(logits, **(sampling or {})), -1), generator)
             action = wrapper.numpy(action)
         steps += ~env.terminated
         obs, reward, _, _, _ = env.step(action)
@@ -145,11 +171,15 @@ def decode(
     seed: int = 0,
     reencode: bool = False,
     progress=None,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
 ) -> DecodeResult:
     """Decodes every instance (static arrays [B, ...], unit square) and keeps its best solution.
 
-    ``num_starts`` (multi-greedy; default: every start node) and ``num_samples`` (sampling) set the
-    trajectories per instance; ``augment_copies`` the symmetries (1 or up to 8). ``batch_size`` is
+    ``num_starts`` (multi-greedy and multi-sampling; default: every start node) and ``num_samples``
+    (sampling) set the trajectories per instance; ``temperature``, ``top_k``, ``top_p`` shape the
+    sampled steps (``filter_logits``); ``augment_copies`` the symmetries (1 or up to 8). ``batch_size`` is
     the most instances rolled out at once; on a CPU the rollouts are also capped at CPU_MAX_ROWS
     instances x copies and CPU_MAX_QUERIES trajectories, which keeps them in cache (1.1-1.4x faster
     than one large rollout). Each best tour is validated and its length recomputed independently of
@@ -161,7 +191,7 @@ def decode(
     starts = start_count(problem, num_nodes, **instance_kwargs(problem, instances))  # distinct first actions
     if decode not in DECODES:
         raise ValueError(f"decode must be one of {DECODES}, got {decode!r}")
-    if decode == "multi-greedy":
+    if decode in MULTI_START:
         num_starts = starts if num_starts is None else num_starts
         if not 1 <= num_starts <= starts:
             raise ValueError(
@@ -171,7 +201,13 @@ def decode(
         raise ValueError(f"num_samples must be at least 1, got {num_samples}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    n_traj = {"greedy": 1, "multi-greedy": num_starts, "sampling": num_samples}[decode]
+    if not (np.isfinite(temperature) and 1e-3 <= temperature <= 100):
+        raise ValueError(f"temperature must be in 0.001..100, got {temperature}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int | np.integer) or top_k < 1):
+        raise ValueError(f"top_k must be a whole number of at least 1, got {top_k!r}")
+    if top_p is not None and not (np.isfinite(top_p) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    n_traj = {"greedy": 1, "multi-greedy": num_starts, "sampling": num_samples, "multi-sampling": num_starts}[decode]
     generator = torch.Generator(device=next(agent.parameters()).device).manual_seed(seed)
     lengths, tours = np.empty(num_instances), []
     start = time.perf_counter()
@@ -185,10 +221,11 @@ def decode(
             agent,
             augment(batch, augment_copies),
             n_traj,
-            greedy=decode != "sampling",
-            num_starts=num_starts if decode == "multi-greedy" else None,
+            greedy=decode not in ("sampling", "multi-sampling"),
+            num_starts=num_starts if decode in MULTI_START else None,
             reencode=reencode,
             generator=generator,
+            sampling={"temperature": temperature, "top_k": top_k, "top_p": top_p},
         )
         per_instance = traj_lengths.reshape(augment_copies, size, n_traj).transpose(1, 0, 2).reshape(size, -1)
         best = per_instance.argmin(1)

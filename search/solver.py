@@ -29,7 +29,8 @@ from ppoor.data.references import SOLVERS, solve_reference
 from ppoor.envs import ENV_IDS, ENV_VARIANTS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import latest_checkpoint, load_agent
-from ppoor.search.decoding import DECODES, decode
+from ppoor.search.decoding import DECODES, MULTI_START
+from ppoor.search.decoding import decode as decode_instances
 from ppoor.training.runs import memory_problem
 
 IMPLAUSIBLE_GAP = 5.0  # percent below the reference on most instances: the references are for other data
@@ -114,11 +115,15 @@ class Model:
         solver_seconds: float = 1.0,
         reencode: bool = False,
         progress: Callable[[int], object] | None = None,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
     ) -> Solutions:
         """Decodes every instance of ``data`` and keeps its best solution.
 
-        ``decode``: greedy, multi-greedy (``num_starts`` start nodes, default all) or sampling
-        (``num_samples`` per instance, ``seed``); ``augment``: 1 or 8 symmetries of the unit square;
+        ``decode``: greedy, multi-greedy (``num_starts`` start nodes, default all), sampling
+        (``num_samples`` per instance, ``seed``) or multi-sampling (a sampled trajectory from each of
+        ``num_starts`` start nodes); ``temperature``, ``top_k``, ``top_p`` shape the sampled steps; ``augment``: 1 or 8 symmetries of the unit square;
         ``batch_size``: instances decoded at once. ``num_instances``: the first K only; ``num_nodes``
         and ``variant``: the standard sets' size and variant (default the model's). ``references``:
         a CSV / .npy / solution .npz path or an array [B] of reference costs; without them a standard
@@ -129,7 +134,10 @@ class Model:
         self.check_options(decode, augment, num_instances, num_nodes, variant, reference_solver)
 
         def check_memory(nodes: int, instances: int) -> None:
-            trajectories = {"greedy": 1, "multi-greedy": num_starts or nodes + 1, "sampling": num_samples}[decode]
+            starts = num_starts or nodes + 1
+            trajectories = {"greedy": 1, "multi-greedy": starts, "sampling": num_samples, "multi-sampling": starts}[
+                decode
+            ]
             needed = decode_memory(nodes, min(batch_size, instances) * augment, trajectories)
             if problem := memory_problem(needed, self.device, f"decoding {nodes}-node instances"):
                 raise ValueError(
@@ -142,7 +150,7 @@ class Model:
         if reference_solver:
             source = f"{reference_solver}, {solver_seconds:g} s per instance"
         for group in groups:  # before any decoding: every group fits
-            if decode == "multi-greedy" and num_starts and num_starts > group.num_nodes:
+            if decode in MULTI_START and num_starts and num_starts > group.num_nodes:
                 raise ValueError(
                     f"--num-starts {num_starts} exceeds the {group.num_nodes} start nodes of {group.names[0]}"
                     f" ({'nodes' if self.problem == 'tsp' else 'customers'})"
@@ -150,9 +158,11 @@ class Model:
             check_memory(group.num_nodes, len(group.names))
         tours, lengths, refs, seconds = [], [], [], 0.0
         for group in groups:
-            result = decode_group(
-                self.agent, group, decode, num_starts, num_samples, augment, batch_size, seed, reencode, progress
-            )
+            result = decode_instances(
+                self.agent, group.instances, decode, num_starts=num_starts, num_samples=num_samples,
+                augment_copies=augment, batch_size=batch_size, seed=seed, reencode=reencode, progress=progress,
+                temperature=temperature, top_k=top_k, top_p=top_p,
+            )  # fmt: skip
             tours += result.tours
             lengths.append([group.reported_length(i, tour) for i, tour in enumerate(result.tours)])
             if reference_solver:
@@ -236,24 +246,6 @@ def solve(data="test", checkpoint: str | os.PathLike = "tsp20", device=None, **o
     """``Model(checkpoint, device=device).solve(data, **options)``: decodes ``data`` with a trained
     model in one call (see ``Model.solve`` for the options)."""
     return Model(checkpoint, device=device).solve(data, **options)
-
-
-def decode_group(
-    agent, group: Dataset, how: str, num_starts, num_samples, augment, batch_size, seed, reencode, progress
-):
-    """``search.decode`` of one group of equal-size instances."""
-    return decode(
-        agent,
-        group.instances,
-        how,
-        num_starts=num_starts,
-        num_samples=num_samples,
-        augment_copies=augment,
-        batch_size=batch_size,
-        seed=seed,
-        reencode=reencode,
-        progress=progress,
-    )
 
 
 def decode_memory(nodes: int, rows: int, trajectories: int) -> float:

@@ -109,3 +109,46 @@ def test_bad_checkpoints_and_problems_raise(tmp_path):
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="cannot be read"):
         ppoor.Model(tmp_path / "junk.pt")
+
+
+@settings(max_examples=6, deadline=None)
+@given(count=st.integers(1, 3), nodes=st.integers(5, 25), seed=st.integers(0, 2**16))
+def test_sampling_controls_reach_greedy_at_their_limits(tsp, count, nodes, seed):
+    """top-k 1, a nucleus of almost nothing, and a temperature near 0 leave one action per step: the
+    sampled tours are the greedy ones (multi-sampling the multi-greedy ones); the tours of looser
+    controls are valid tours of their own."""
+    coords = np.random.default_rng(seed).random((count, nodes, 2))
+    greedy, multi = tsp.solve(coords), tsp.solve(coords, decode="multi-greedy")
+    for controls in ({"top_k": 1}, {"top_p": 1e-9}, {"temperature": 1e-3}):
+        sampled = tsp.solve(coords, decode="sampling", num_samples=3, seed=seed, **controls)
+        assert np.allclose(sampled.lengths, greedy.lengths), controls
+        starts = tsp.solve(coords, decode="multi-sampling", seed=seed, **controls)
+        assert np.allclose(starts.lengths, multi.lengths), controls
+    loose = tsp.solve(coords, decode="multi-sampling", seed=seed, temperature=2.0, top_k=3, top_p=0.9)
+    for tour, length, points in zip(loose.tours, loose.lengths, coords, strict=True):
+        assert check_tsp_actions([*tour, tour[0]], points) == pytest.approx(length, rel=1e-6)
+
+
+def test_filter_logits_keeps_what_it_says():
+    import torch
+    from ppoor.search.decoding import filter_logits
+
+    logits = torch.log(torch.tensor([[[0.5, 0.3, 0.15, 0.05, 0.0]]]))  # the last action infeasible (-inf)
+    kept = lambda **kw: torch.isfinite(filter_logits(logits, **kw))[0, 0].tolist()  # noqa: E731
+    assert kept(top_k=2) == [True, True, False, False, False]
+    assert kept(top_p=0.5) == [True, False, False, False, False]  # 0.5 alone reaches 0.5
+    assert kept(top_p=0.79) == [True, True, False, False, False]
+    assert kept(top_p=0.81) == [True, True, True, False, False]
+    assert kept(top_k=10, top_p=1.0) == [True, True, True, True, False]
+    sharper = filter_logits(logits, temperature=0.5).softmax(-1)[0, 0]
+    assert sharper[0] > 0.5 and torch.isclose(sharper.sum(), torch.tensor(1.0))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"temperature": 0.0}, "temperature must be in"), ({"top_k": 0}, "top_k must be a whole number"),
+     ({"top_p": 1.5}, "top_p must be in"), ({"top_p": float("nan")}, "top_p must be in")],
+)  # fmt: skip
+def test_bad_sampling_controls_raise_one_line(tsp, options, message):
+    with pytest.raises(ValueError, match=message):
+        tsp.solve(np.random.default_rng(0).random((1, 6, 2)), decode="sampling", **options)

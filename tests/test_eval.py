@@ -291,7 +291,7 @@ def test_rlor_published_figures_through_eval(tmp_path, problem, decode, count, m
 
 def test_bad_output_paths_fail_before_decoding(tmp_path, small_checkpoints, monkeypatch):
     tsp = str(small_checkpoints["tsp"])
-    monkeypatch.setattr(solver, "decode", lambda *a, **k: pytest.fail("decoding started"))
+    monkeypatch.setattr(solver, "decode_instances", lambda *a, **k: pytest.fail("decoding started"))
     assert "name a .json file" in fails("--checkpoint", tsp, "--output", str(tmp_path / "results.txt"))
     assert "name an image file" in fails("--checkpoint", tsp, "--plot", str(tmp_path / "routes.xyz"))
     assert "--plot-instances must be between 1 and 100, got 0" in fails("--checkpoint", tsp, "--plot-instances", "0")
