@@ -27,6 +27,7 @@ from ppoor.envs import ENV_VARIANTS, VECTOR_ENVS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import CheckpointError
 from ppoor.plotting.routes import plot_routes
+from ppoor.search.polish import polish
 from ppoor.search.solutions import COST_NAMES
 from ppoor.search.solver import Model, variants_of
 from ppoor.training.runs import (
@@ -96,6 +97,9 @@ class Args:
     (PDP by OR-Tools routing, OP and PCTSP by CP-SAT); optional extras"""
     solver_seconds: float = 1.0
     """pyvrp and ortools: time limit per instance"""
+    polish: bool = False
+    """TSP: also polish the decoded tours by 2-opt (search.polish) and print them as a row of their own, so that
+    the network's own tours stay visible"""
     reencode: bool = False
     """re-run the encoder at every step (the original RLOR evaluation; for comparison only)"""
     cuda: bool = True
@@ -183,6 +187,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
         )
         if os.path.isdir(args.checkpoint):
             print(f"using {model.path} (the latest checkpoint of {args.checkpoint})", flush=True)
+        if args.polish and model.problem != "tsp":
+            raise ValueError(f"--polish (2-opt) polishes TSP tours; this is a {model.problem.upper()} model")
         total = args.num_instances if args.data in STANDARD_SETS and args.num_instances else None
         with tqdm(total=total, desc=f"{args.decode} x{args.augment}", unit="inst", disable=None) as progress:
             solutions = model.solve(
@@ -227,10 +233,16 @@ def main(args: Args, given: set[str] | None = None) -> None:
     print(
         f"{'instances':>10} {'decode':>22} {COST_NAMES.get(problem, 'mean length'):>12} {'mean gap':>9} {'time':>9} {'per inst.':>10}"
     )
-    gap_text = f"{mean_gap:8.3f}%" if mean_gap is not None else f"{'-':>9}"
-    print(
-        f"{len(lengths):>10} {decoding:>22} {lengths.mean():>12.4f} {gap_text} {seconds:>8.2f}s {1000 * seconds / len(lengths):>8.2f}ms"
-    )
+    rows = [(decoding, solutions)]
+    if args.polish:
+        polished = polish(solutions)
+        rows.append((f"{decoding} + 2-opt", polished))
+    for label, row in rows:
+        gap_text = f"{row.mean_gap:8.3f}%" if row.mean_gap is not None else f"{'-':>9}"
+        print(
+            f"{len(row.lengths):>10} {label:>22} {row.lengths.mean():>12.4f} {gap_text} {row.seconds:>8.2f}s "
+            f"{1000 * row.seconds / len(row.lengths):>8.2f}ms"
+        )
     if known.any() and not known.all():
         print(f"(gap over the {known.sum()} instances with a reference)")
     if len(groups) > 1 or groups[0].points is not None:
@@ -256,6 +268,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
         if mean_gap is not None:
             out.update(mean_gap=mean_gap, gaps=[float(g) if np.isfinite(g) else None for g in gaps])
             out["references"] = [float(r) if np.isfinite(r) else None for r in references]
+        if args.polish:
+            out["polished"] = {"lengths": polished.lengths.tolist(), "mean_gap": polished.mean_gap,
+                               "seconds": polished.seconds, "tours": [t.tolist() for t in polished.tours]}  # fmt: skip
         write_json(args.output, out, indent=None)
         print(f"wrote {args.output}")
     if args.plot:

@@ -152,3 +152,42 @@ def test_filter_logits_keeps_what_it_says():
 def test_bad_sampling_controls_raise_one_line(tsp, options, message):
     with pytest.raises(ValueError, match=message):
         tsp.solve(np.random.default_rng(0).random((1, 6, 2)), decode="sampling", **options)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 12), seed=st.integers(0, 2**16))
+def test_two_opt_reaches_a_local_optimum_never_longer(n, seed):
+    """On random symmetric matrices (metric or not): a permutation of the same nodes, never longer,
+    and no 2-opt move left that shortens it (checked by brute force over every pair of edges)."""
+    from ppoor.search.polish import two_opt
+
+    rng = np.random.default_rng(seed)
+    dist = rng.integers(1, 100, (n, n)).astype(float)
+    dist = np.triu(dist, 1) + np.triu(dist, 1).T
+    tour = rng.permutation(n)
+    better = two_opt(dist, tour)
+
+    def length(t):
+        return sum(dist[t[k], t[(k + 1) % len(t)]] for k in range(len(t)))
+
+    assert sorted(better.tolist()) == list(range(n)) and length(better) <= length(tour) + 1e-9
+    for i in range(n):
+        for j in range(i + 2, n):
+            if i == 0 and j == n - 1:
+                continue
+            moved = np.concatenate([better[: i + 1], better[i + 1 : j + 1][::-1], better[j + 1 :]])
+            assert length(moved) >= length(better) - 1e-9
+
+
+def test_polish_is_its_own_row_and_its_lengths_are_checked(tsp):
+    from ppoor.search.polish import polish
+
+    coords = np.random.default_rng(11).random((4, 30, 2))
+    decoded = tsp.solve(coords, references=np.full(4, 1.0))  # any positive references: gaps to compare
+    polished = polish(decoded)
+    assert polished.decode == "greedy + 2-opt" and (polished.lengths <= decoded.lengths + 1e-9).all()
+    assert polished.lengths.mean() < decoded.lengths.mean()  # greedy TSP30 tours leave 2-opt moves
+    for tour, length, points in zip(polished.tours, polished.lengths, coords, strict=True):
+        assert check_tsp_actions([*tour, tour[0]], points) == pytest.approx(length, rel=1e-9)
+    with pytest.raises(ValueError, match="2-opt polish is for TSP tours"):
+        polish(ppoor.Model("cvrp20").solve("test", num_instances=1))

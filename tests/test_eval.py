@@ -362,3 +362,18 @@ def test_malformed_cvrplib_files_fail_with_one_line(tmp_path, old, new):
     bad.write_text(CVRPLIB.replace(old, new))
     message = fails("--checkpoint", str(cvrp), "--data", str(bad))
     assert message.startswith("error: ") and str(bad) in message and "\n" not in message
+
+
+def test_polish_prints_its_own_row_and_writes_its_tours(tmp_path, small_checkpoints, capsys):
+    """eval.py --polish: the decoded row and the 2-opt row, both in the JSON; the polished tours are
+    valid tours never longer than the decoded ones; a CVRP model is refused before decoding."""
+    result = run(tmp_path, "--checkpoint", str(small_checkpoints["tsp"]), "--num-instances", "12", "--polish")
+    out = capsys.readouterr().out
+    assert "greedy + 2-opt" in out
+    data = kool_dataset("tsp", 10, "test", 12)
+    polished = result["polished"]
+    for i, (tour, length) in enumerate(zip(polished["tours"], polished["lengths"], strict=True)):
+        assert length == pytest.approx(check_tsp_actions(tour + tour[:1], data["coords"][i]), abs=1e-9)
+        assert length <= result["lengths"][i] + 1e-9
+    with pytest.raises(SystemExit, match="--polish .2-opt. polishes TSP tours"):
+        run(tmp_path, "--checkpoint", str(small_checkpoints["cvrp"]), "--num-instances", "2", "--polish")
