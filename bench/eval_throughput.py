@@ -1,7 +1,7 @@
-"""Evaluation throughput: instances per second for TSP50 and CVRP50 on one thread.
+"""Evaluation throughput: instances per second for TSP and CVRP (50 nodes by default) on one thread.
 
-For greedy, multi-greedy (50 starts), greedy x8 augmentation and multi-greedy x8 (400 trajectories
-per instance), our cached decoder against re-encoding at every step (the way the paper's original
+For greedy, multi-greedy (one start per node), greedy x8 augmentation and multi-greedy x8 (8 x n
+trajectories per instance), at each of --num-nodes, our cached decoder against re-encoding at every step (the way the paper's original
 evaluation runs) and against RL4CO's Attention Model policy (same architecture, untrained, the same
 instances, batch size, thread and trajectories per instance; ``pip install -r
 requirements-bench.txt``; left out with a note where RL4CO is not installed), all measured in this
@@ -12,6 +12,7 @@ Each cached figure is the median of --repeats runs after a warm-up; the process 
 for reuse as ppo_or.py and eval.py do (``models.keep_freed_memory``).
 
     python bench/eval_throughput.py [--instances 500] [--batch-size 250] [--repeats 3]
+    python bench/eval_throughput.py --num-nodes 50 100 --instances 200 --batch-size 100
 """
 
 import argparse
@@ -66,23 +67,28 @@ def main():
     parser.add_argument("--baseline-instances", type=int, default=40, help="instances for the re-encoding baseline")
     parser.add_argument("--batch-size", type=int, default=250)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per figure (the median is printed)")
+    parser.add_argument("--num-nodes", type=int, nargs="+", default=[50], help="sizes (Kool's: 20, 50, 100)")
     args = parser.parse_args()
+    if any(n not in (20, 50, 100) for n in args.num_nodes):
+        sys.exit(f"error: --num-nodes takes Kool's sizes 20, 50 and 100, got {args.num_nodes}")
+    if min(args.instances, args.baseline_instances, args.batch_size, args.repeats) < 1:
+        sys.exit("error: --instances, --baseline-instances, --batch-size and --repeats must be at least 1")
     torch.set_num_threads(1)
     keep_freed_memory()  # as ppo_or.py and eval.py run
     torch.manual_seed(0)
-    print("50 nodes, 1 thread, instances/s (untrained weights: speed does not depend on them)")
-    for problem in ("tsp", "cvrp"):
+    print("1 thread, instances/s (untrained weights: speed does not depend on them)")
+    for nodes, problem in ((n, p) for n in args.num_nodes for p in ("tsp", "cvrp")):
         agent = Agent(problem).eval()
-        data = kool_dataset(problem, 50, "test", args.instances)
+        data = kool_dataset(problem, nodes, "test", args.instances)
         small = {k: v[: args.baseline_instances] for k, v in data.items()}
         for mode, copies in SETTINGS:
             name = mode + (f" x{copies}" if copies > 1 else "")
             cached = rate(agent, data, mode, copies, args.batch_size, False, args.repeats)
             reencoded = rate(agent, small, mode, copies, args.batch_size, True, 1)
-            line = f"{problem.upper()}50 {name:<16}: cached {cached:8.1f}/s, re-encoding {reencoded:7.1f}/s, ratio {cached / reencoded:5.1f}x"
+            line = f"{problem.upper()}{nodes} {name:<16}: cached {cached:8.1f}/s, re-encoding {reencoded:7.1f}/s, ratio {cached / reencoded:5.1f}x"
             peer = rl4co_rate(problem, data, mode, copies, args.batch_size, args.repeats)
             line += f"; RL4CO {peer:7.1f}/s ({cached / peer:.1f}x)" if peer else "; RL4CO not installed"
-            if problem == "tsp" and name == "multi-greedy":
+            if problem == "tsp" and nodes == 50 and name == "multi-greedy":
                 line += f"; original RLOR eval: 12.7/s ({cached / 12.7:.1f}x)"
             print(line, flush=True)
 
