@@ -1,11 +1,13 @@
 """The training curves of ppo_or.py runs as one PNG, the runs overlaid: sampled tour length, approx-KL,
 clip fraction, entropy, learning rate against training minutes (the iterations' rollout + update
 seconds summed), each with a 9-iteration running mean; the sixth panel is the test gap at the marks
-of a bench/time_to_quality.py result file (--marks; greedy solid, multi-greedy dashed), else the KL
-an update reached.
+of a bench/time_to_quality.py result file (--marks; greedy solid, multi-greedy dashed), else the
+run's own validation gaps (``eval/greedy_gap``, ``eval/multi_greedy_gap``, where it logged them),
+else the KL an update reached.
 
     python bench/plot_curves.py bench-runs/vs-rl4co-tsp50/runs/RUN --out docs/images/tsp50_default_curves.png
     python bench/plot_curves.py bench-runs/s38/runs/* --marks bench-runs/s38/time_to_quality_*.json --out cmp.png
+    python bench/plot_curves.py runs/tsp-v0__tsp50-mb128__1__* --out docs/images/tsp50_mb128_curves.png
 """
 
 import argparse
@@ -30,7 +32,10 @@ PANELS = (
 
 
 def running_mean(values: list[float], width: int = 9) -> list[float]:
-    return [sum(values[max(0, i - width + 1) : i + 1]) / len(values[max(0, i - width + 1) : i + 1]) for i in range(len(values))]
+    return [
+        sum(values[max(0, i - width + 1) : i + 1]) / len(values[max(0, i - width + 1) : i + 1])
+        for i in range(len(values))
+    ]
 
 
 def label_of(run: Path) -> str:
@@ -39,8 +44,12 @@ def label_of(run: Path) -> str:
     return parts[1].removeprefix("ttq-") if len(parts) > 2 else run.name
 
 
+VALIDATION = ("eval/greedy_gap", "eval/multi_greedy_gap")
+
+
 def read_run(run: Path) -> tuple[list[float], dict]:
-    """(training minutes per iteration, {tag: values}) of one ppo_or.py run folder."""
+    """(training minutes per iteration, {tag: values}) of one ppo_or.py run folder; the validation
+    gaps (logged at some iterations only) as {tag: [(minutes, value)]} under "validation"."""
     if not run.is_dir():
         sys.exit(f"error: {run}: no such run folder")
     events = EventAccumulator(str(run), size_guidance={"scalars": 0})
@@ -51,7 +60,11 @@ def read_run(run: Path) -> tuple[list[float], dict]:
     seconds = [r.value + u.value for r, u in zip(events.Scalars("charts/rollout_seconds"),
                                                   events.Scalars("charts/update_seconds"), strict=True)]  # fmt: skip
     minutes = [sum(seconds[: i + 1]) / 60 for i in range(len(seconds))]
-    return minutes, {tag: [e.value for e in events.Scalars(tag)][: len(minutes)] for tag, _ in PANELS if tag in tags}
+    at = {e.step: m for e, m in zip(events.Scalars("charts/rollout_seconds"), minutes, strict=False)}
+    values = {tag: [e.value for e in events.Scalars(tag)][: len(minutes)] for tag, _ in PANELS if tag in tags}
+    values["validation"] = {tag: [(at[e.step], e.value) for e in events.Scalars(tag) if e.step in at]
+                            for tag in VALIDATION if tag in tags}  # fmt: skip
+    return minutes, values
 
 
 def read_marks(path: Path) -> list[dict]:
@@ -68,13 +81,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, nargs="+", help="ppo_or.py run folders (runs/...)")
     parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
-    parser.add_argument("--marks", type=Path, nargs="*", default=[], help="time_to_quality.py result files: the test gaps")
+    parser.add_argument(
+        "--marks", type=Path, nargs="*", default=[], help="time_to_quality.py result files: the test gaps"
+    )
     parser.add_argument("--title", default=None, help="the figure's title (default: the runs' names)")
     args = parser.parse_args()
     runs = [(label_of(run), *read_run(run)) for run in args.runs]
     marks = [row for path in args.marks for row in read_marks(path)]
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
-    panels = PANELS[:5] + ((("marks", "test gap %: greedy solid, multi-greedy dashed"),) if marks else PANELS[5:])
+    validated = any(values["validation"] for _, _, values in runs)
+    last = ("validation", "validation gap %: greedy solid, multi-greedy dashed") if validated else PANELS[5]
+    panels = PANELS[:5] + ((("marks", "test gap %: greedy solid, multi-greedy dashed"),) if marks else (last,))
     for ax, (tag, title) in zip(axes.flat, panels, strict=True):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("training minutes")
@@ -82,8 +99,14 @@ def main():
             colour = f"C{k % 10}"
             if tag == "marks":
                 rows = sorted((r for r in marks if label_of(Path(r["run"])) == label), key=lambda r: r["minutes"])
-                ax.plot([r["minutes"] for r in rows], [r["greedy_gap"] for r in rows], "o-", color=colour, ms=3, label=label)
+                ax.plot(
+                    [r["minutes"] for r in rows], [r["greedy_gap"] for r in rows], "o-", color=colour, ms=3, label=label
+                )
                 ax.plot([r["minutes"] for r in rows], [r["multi-greedy_gap"] for r in rows], "o--", color=colour, ms=3)
+                continue
+            if tag == "validation":
+                for style, series in zip(("o-", "o--"), (values[tag].get(t, []) for t in VALIDATION), strict=True):
+                    ax.plot([m for m, _ in series], [v for _, v in series], style, color=colour, ms=3, label=label)
                 continue
             if tag not in values:
                 continue
