@@ -27,6 +27,7 @@ from ppoor.envs import ENV_VARIANTS, VECTOR_ENVS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import CheckpointError
 from ppoor.plotting.routes import plot_routes
+from ppoor.search.decoding import DECODES, SAMPLED
 from ppoor.search.polish import polish
 from ppoor.search.solutions import COST_NAMES
 from ppoor.search.solver import Model, variants_of
@@ -66,7 +67,7 @@ class Args:
     """size of the test / val instances; None takes the checkpoint's training size"""
     num_instances: int | None = None
     """evaluate only the first K instances; None evaluates all (the Kool sets hold 10,000, the VRP sets 1,000)"""
-    decode: Literal["greedy", "multi-greedy", "sampling", "multi-sampling"] = "greedy"
+    decode: Literal[DECODES] = "greedy"
     """greedy (one trajectory), multi-greedy (one greedy trajectory per start node), sampling, or multi-sampling
     (one sampled trajectory per start node)"""
     num_starts: int | None = None
@@ -223,7 +224,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     controls = [f"T={args.temperature:g}"] if args.temperature != 1.0 else []
     controls += [f"k={args.top_k}"] if args.top_k is not None else []
     controls += [f"p={args.top_p:g}"] if args.top_p is not None else []
-    sampled = args.decode in ("sampling", "multi-sampling")
+    sampled = args.decode in SAMPLED
     decoding = args.decode + (f" {','.join(controls)}" if sampled and controls else "")
     decoding += f" x{args.augment} aug" if args.augment > 1 else ""
     what = {"mtvrp": "VRP"}.get(problem, problem.upper())

@@ -29,6 +29,15 @@ from ppoor.search.solutions import COSTS, InvalidTourError, tour_length, validat
 
 DECODES = ("greedy", "multi-greedy", "sampling", "multi-sampling")
 MULTI_START = ("multi-greedy", "multi-sampling")
+SAMPLED = ("sampling", "multi-sampling")
+
+
+def trajectories(decode: str, num_starts: int, num_samples: int) -> int:
+    """Trajectories per instance copy of a decode: one (greedy), one per start (the multi-start ones)
+    or ``num_samples`` (sampling)."""
+    return num_starts if decode in MULTI_START else num_samples if decode in SAMPLED else 1
+
+
 SYMMETRIES = 8
 CPU_MAX_ROWS = 256  # on a CPU, instances x symmetric copies per rollout: the encoder's work stays in cache
 CPU_MAX_QUERIES = 4096  # on a CPU, rows x trajectories per decode step (measured best, TSP50, 1 thread)
@@ -207,7 +216,7 @@ def decode(
         raise ValueError(f"top_k must be a whole number of at least 1, got {top_k!r}")
     if top_p is not None and not (np.isfinite(top_p) and 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    n_traj = {"greedy": 1, "multi-greedy": num_starts, "sampling": num_samples, "multi-sampling": num_starts}[decode]
+    n_traj = trajectories(decode, num_starts, num_samples)
     generator = torch.Generator(device=next(agent.parameters()).device).manual_seed(seed)
     lengths, tours = np.empty(num_instances), []
     start = time.perf_counter()
@@ -221,7 +230,7 @@ def decode(
             agent,
             augment(batch, augment_copies),
             n_traj,
-            greedy=decode not in ("sampling", "multi-sampling"),
+            greedy=decode not in SAMPLED,
             num_starts=num_starts if decode in MULTI_START else None,
             reencode=reencode,
             generator=generator,

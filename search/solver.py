@@ -29,7 +29,7 @@ from ppoor.data.references import SOLVERS, solve_reference
 from ppoor.envs import ENV_IDS, ENV_VARIANTS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import latest_checkpoint, load_agent
-from ppoor.search.decoding import DECODES, MULTI_START
+from ppoor.search.decoding import DECODES, MULTI_START, trajectories
 from ppoor.search.decoding import decode as decode_instances
 from ppoor.training.runs import memory_problem
 
@@ -134,11 +134,8 @@ class Model:
         self.check_options(decode, augment, num_instances, num_nodes, variant, reference_solver)
 
         def check_memory(nodes: int, instances: int) -> None:
-            starts = num_starts or nodes + 1
-            trajectories = {"greedy": 1, "multi-greedy": starts, "sampling": num_samples, "multi-sampling": starts}[
-                decode
-            ]
-            needed = decode_memory(nodes, min(batch_size, instances) * augment, trajectories)
+            count = trajectories(decode, num_starts or nodes + 1, num_samples)
+            needed = decode_memory(nodes, min(batch_size, instances) * augment, count)
             if problem := memory_problem(needed, self.device, f"decoding {nodes}-node instances"):
                 raise ValueError(
                     f"{problem} (lower --batch-size, --num-starts or --augment, or decode smaller instances)"
