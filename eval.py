@@ -27,7 +27,7 @@ from ppoor.envs import ENV_VARIANTS, VECTOR_ENVS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import CheckpointError
 from ppoor.plotting.routes import plot_routes
-from ppoor.search.decoding import DECODES, SAMPLED
+from ppoor.search.decoding import BEAM, DECODES, SAMPLED
 from ppoor.search.polish import polish
 from ppoor.search.solutions import COST_NAMES
 from ppoor.search.solver import Model, variants_of
@@ -68,11 +68,14 @@ class Args:
     num_instances: int | None = None
     """evaluate only the first K instances; None evaluates all (the Kool sets hold 10,000, the VRP sets 1,000)"""
     decode: Literal[DECODES] = "greedy"
-    """greedy (one trajectory), multi-greedy (one greedy trajectory per start node), sampling, or multi-sampling
-    (one sampled trajectory per start node)"""
+    """greedy (one trajectory), multi-greedy (one greedy trajectory per start node), sampling, multi-sampling
+    (one sampled trajectory per start node), beam (beam search of --beam-width) or multi-beam (a beam of
+    --beam-width per start node)"""
     num_starts: int | None = None
-    """multi-greedy and multi-sampling: number of start nodes; None takes every node for TSP, every customer for
-    CVRP and VRP"""
+    """multi-greedy, multi-sampling and multi-beam: number of start nodes; None takes every node for TSP, every
+    customer for CVRP and VRP"""
+    beam_width: int = 4
+    """beam and multi-beam: the partial solutions each beam keeps"""
     num_samples: int = 16
     """sampling: trajectories sampled per instance"""
     temperature: float = 1.0
@@ -123,6 +126,7 @@ LIMITS = {
     "num_instances": (1, math.inf),
     "num_starts": (1, math.inf),
     "num_samples": (1, 100_000),
+    "beam_width": (1, 100_000),
     "temperature": (1e-3, 100.0),
     "top_k": (1, math.inf),
     "top_p": (1e-9, 1.0),
@@ -211,6 +215,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
                 temperature=args.temperature,
                 top_k=args.top_k,
                 top_p=args.top_p,
+                beam_width=args.beam_width,
             )
     except (CheckpointError, DataError, ValueError, ImportError) as exc:
         sys.exit(f"error: {exc}")
@@ -226,6 +231,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     controls += [f"p={args.top_p:g}"] if args.top_p is not None else []
     sampled = args.decode in SAMPLED
     decoding = args.decode + (f" {','.join(controls)}" if sampled and controls else "")
+    decoding += f" W={args.beam_width}" if args.decode in BEAM else ""
     decoding += f" x{args.augment} aug" if args.augment > 1 else ""
     what = {"mtvrp": "VRP"}.get(problem, problem.upper())
     if variant in variants_of(problem) and args.data in STANDARD_SETS:
@@ -259,6 +265,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
             "decode": args.decode,
             "augment": args.augment,
             **({"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p} if sampled else {}),
+            **({"beam_width": args.beam_width} if args.decode in BEAM else {}),
             "num_instances": len(lengths),
             "mean_length": float(lengths.mean()),
             "lengths": lengths.tolist(),

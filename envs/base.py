@@ -19,11 +19,14 @@ class RoutingVectorEnv(VectorEnv):
     Subclass hooks: ``problem`` (name), ``num_actions`` (A), ``max_episode_steps``,
     ``start_actions`` (the first actions that start distinct trajectories, for multi-start
     rollouts), ``_dynamic_spaces(shape)``, ``_start()`` (initial dynamic state) and
-    ``_move(action)`` (one step; returns reward [M, N]).
+    ``_move(action)`` (one step; returns reward [M, N]); ``trajectory_state``: the names of the
+    attributes that hold one entry per trajectory ([M, N, ...]: the dynamic state, which ``select``
+    copies between trajectories; positional helpers such as offsets stay out).
     """
 
     metadata = {"autoreset_mode": AutoresetMode.DISABLED}
     problem = ""
+    trajectory_state = ("terminated", "_pos_x", "_pos_y", "unvisited", "last_node", "action_mask")
 
     def __init__(self, num_envs: int = 1, num_nodes: int = 50, n_traj: int = 1):
         for name, value, low in (("num_envs", num_envs, 1), ("num_nodes", num_nodes, 2), ("n_traj", n_traj, 1)):
@@ -85,6 +88,20 @@ class RoutingVectorEnv(VectorEnv):
         self.steps += 1
         return self._observation(), reward, self.terminated.copy(), np.zeros_like(self.terminated), {}
 
+    def select(self, parents) -> None:
+        """Makes trajectory j of instance m a copy of trajectory ``parents[m, j]`` ([M, N] indices in
+        0..N-1; beam search's step): every attribute of ``trajectory_state`` is gathered along N."""
+        parents = np.asarray(parents)
+        if parents.shape != (self.num_envs, self.n_traj) or parents.dtype.kind not in "iu":
+            raise ValueError(f"parents must be integers of shape {(self.num_envs, self.n_traj)}, got {parents.shape}")
+        if parents.size and (parents.min() < 0 or parents.max() >= self.n_traj):
+            raise ValueError(f"parents must lie in 0..{self.n_traj - 1}")
+        if not self.static:
+            raise RuntimeError("call reset() before select()")
+        for name in self.trajectory_state:
+            if (value := getattr(self, name, None)) is not None:  # (TSP has no position before its first step)
+                setattr(self, name, value[self._rows, parents])
+
     def _check_actions(self, actions) -> np.ndarray:
         actions = np.asarray(actions)
         shape = (self.num_envs, self.n_traj)
@@ -133,6 +150,8 @@ class DepotVectorEnv(RoutingVectorEnv):
     """Base of the vehicle routing envs: action 0 is the depot, action i >= 1 customer i - 1, and
     every customer can start a trajectory (each fits a route of its own; the depot may not be
     chosen twice in a row, so it cannot)."""
+
+    trajectory_state = (*RoutingVectorEnv.trajectory_state, "num_served")
 
     @property
     def num_actions(self) -> int:

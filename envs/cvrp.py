@@ -23,6 +23,7 @@ class CVRPVectorEnv(DepotVectorEnv):
     """
 
     problem = "cvrp"
+    trajectory_state = (*DepotVectorEnv.trajectory_state, "current_load")
 
     def _dynamic_spaces(self, lead: tuple) -> dict:
         return {

@@ -56,6 +56,7 @@ class MRCVRPVectorEnv(DepotVectorEnv):
     """
 
     problem = "mrcvrp"
+    trajectory_state = (*DepotVectorEnv.trajectory_state, "current_load")
 
     def __init__(self, num_envs: int = 1, num_nodes: int = 50, n_traj: int = 1, resources: int = RESOURCES):
         if int(resources) != resources or resources < 1:

@@ -70,6 +70,7 @@ class PDPVectorEnv(DepotVectorEnv):
     """
 
     problem = "pdp"
+    trajectory_state = (*DepotVectorEnv.trajectory_state, "current_load")
 
     def __init__(self, num_envs: int = 1, num_nodes: int = 20, n_traj: int = 1, variant: str = "pdp"):
         check_pairs(num_nodes)

@@ -148,6 +148,7 @@ class OPVectorEnv(PrizeVectorEnv):
     (const, unif or dist)."""
 
     problem = "op"
+    trajectory_state = (*PrizeVectorEnv.trajectory_state, "tour_length")
 
     def __init__(self, num_envs: int = 1, num_nodes: int = 20, n_traj: int = 1, variant: str = "dist"):
         if variant not in PRIZE_TYPES:
@@ -207,6 +208,7 @@ class PCTSPVectorEnv(PrizeVectorEnv):
     """Prize-collecting TSP (see the module docstring)."""
 
     problem = "pctsp"
+    trajectory_state = (*PrizeVectorEnv.trajectory_state, "collected")
 
     @property
     def max_episode_steps(self) -> int:
@@ -248,6 +250,7 @@ class PCVRPVectorEnv(PrizeVectorEnv):
     """Prize-collecting CVRP (see the module docstring)."""
 
     problem = "pcvrp"
+    trajectory_state = (*PrizeVectorEnv.trajectory_state, "current_load")
 
     @property
     def max_episode_steps(self) -> int:

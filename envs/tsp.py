@@ -20,6 +20,7 @@ class TSPVectorEnv(RoutingVectorEnv):
     """
 
     problem = "tsp"
+    trajectory_state = (*RoutingVectorEnv.trajectory_state, "first_node")
 
     @property
     def num_actions(self) -> int:

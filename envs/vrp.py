@@ -410,6 +410,11 @@ class VRPVectorEnv(RoutingVectorEnv):
     """
 
     problem = "mtvrp"
+    trajectory_state = (
+        *RoutingVectorEnv.trajectory_state,
+        *("num_served", "route_depot", "switched", "peak_load", "load_backhaul", "on_backhaul"),
+        *("current_time", "route_length", "_fits"),
+    )
 
     def __init__(
         self,

@@ -11,6 +11,11 @@
   (``temperature``, ``top_k``, ``top_p``: ``filter_logits``).
 - multi-sampling (POMO-style starts, then sampling): K trajectories per instance, trajectory i forced
   to start at the i-th start node as in multi-greedy, every later step sampled.
+- beam: beam search of width W per instance: at every step each of the W partial solutions of
+  highest summed log-probability is extended by every allowed action and the W best of the
+  extensions are kept (the first step is searched too).
+- multi-beam: one beam of width W per start node (K x W trajectories; K = every start node by
+  default, or the K most probable), each beam forced to its start.
 Each can run on the 8 symmetries of the unit square (``augment=8``). The best trajectory of an
 instance is kept. Every rollout runs until every trajectory has finished.
 """
@@ -27,15 +32,18 @@ from ppoor.models.agent import Agent, sample
 from ppoor.models.state import StateWrapper
 from ppoor.search.solutions import COSTS, InvalidTourError, tour_length, validate_tour
 
-DECODES = ("greedy", "multi-greedy", "sampling", "multi-sampling")
-MULTI_START = ("multi-greedy", "multi-sampling")
+DECODES = ("greedy", "multi-greedy", "sampling", "multi-sampling", "beam", "multi-beam")
+MULTI_START = ("multi-greedy", "multi-sampling", "multi-beam")
 SAMPLED = ("sampling", "multi-sampling")
+BEAM = ("beam", "multi-beam")
 
 
-def trajectories(decode: str, num_starts: int, num_samples: int) -> int:
-    """Trajectories per instance copy of a decode: one (greedy), one per start (the multi-start ones)
-    or ``num_samples`` (sampling)."""
-    return num_starts if decode in MULTI_START else num_samples if decode in SAMPLED else 1
+def trajectories(decode: str, num_starts: int, num_samples: int, beam_width: int = 1) -> int:
+    """Trajectories per instance copy of a decode: one (greedy), one per start (multi-greedy,
+    multi-sampling), ``num_samples`` (sampling), ``beam_width`` (beam) or ``beam_width`` per start
+    (multi-beam)."""
+    count = num_starts if decode in MULTI_START else num_samples if decode in SAMPLED else 1
+    return count * beam_width if decode in BEAM else count
 
 
 SYMMETRIES = 8
@@ -169,6 +177,85 @@ def rollout(
     return np.stack(actions, axis=-1), lengths, steps
 
 
+@torch.no_grad()
+def beam_rollout(
+    agent: Agent, instances: dict, width: int, num_starts: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Beam search on M instances: ``num_starts`` beams per instance (None: one beam, whose first
+    step is searched like the others; every start node: beam s starts at start node s; fewer: at
+    the s-th most probable start node), each keeping the ``width`` partial solutions of highest
+    summed log-probability. The N = beams x width trajectories live in one env of N trajectories
+    (trajectory s * width + w is slot w of beam s): at every step each slot's allowed actions are
+    scored, the ``width`` best (slot, action) pairs of each beam are kept, the env copies the chosen
+    slots (``select``) and steps them. Until a beam has ``width`` distinct candidates its other
+    slots are copies of its best one at score -inf (never preferred to a real candidate); a
+    finished solution competes on with its final score (its only allowed action costs nothing).
+    A step where every trajectory has a single allowed action is taken without the model.
+    Returns, as ``rollout`` does, actions [M, N, T], lengths [M, N] and steps [M, N]."""
+    problem = agent.problem
+    device = next(agent.parameters()).device
+    num_envs, num_nodes = instances["coords"].shape[:2]
+    beams = num_starts or 1
+    n_traj = beams * width
+    env = VECTOR_ENVS[problem](
+        num_envs=num_envs, num_nodes=num_nodes, n_traj=n_traj, **instance_kwargs(problem, instances)
+    )
+    obs, _ = env.reset(options=instances)
+    wrapper = StateWrapper(problem, device)
+    static = wrapper.static(obs)
+    cache = agent.encode(static)
+    score = torch.full((num_envs, beams, width), float("-inf"), device=device)
+    score[..., 0] = 0.0  # the slots of a beam are copies until its first choice
+    slot_base = (torch.arange(beams, device=device) * width)[:, None]  # [beams, 1]
+    visited, chosen = [], []  # per step: the node each trajectory moved to, and the slots it was copied from
+    lengths = np.zeros((num_envs, n_traj))
+    steps = np.zeros((num_envs, n_traj), dtype=np.int64)
+    while not env.terminated.all():
+        if len(visited) >= env.max_episode_steps:
+            raise RuntimeError(f"{problem} beam search did not finish within {env.max_episode_steps} steps")
+        mask = obs["action_mask"]
+        first, parents = not visited, None
+        if first and num_starts == len(env.start_actions):
+            starts = torch.as_tensor(env.start_actions).repeat_interleave(width).expand(num_envs, n_traj)
+            action = allowed_starts(starts, torch.from_numpy(mask)).numpy()
+        elif (forced := forced_actions(mask)) is not None:
+            action = forced
+        else:
+            state = wrapper.state(static, obs)
+            logits, _ = agent(cache, state, with_value=False)
+            logp = torch.log_softmax(logits, -1)  # [M, N, A]
+            if first and num_starts is not None:  # beam s starts at the s-th most probable start
+                starts = logp[:, 0].topk(beams, dim=-1).indices.repeat_interleave(width, dim=1)
+                action = wrapper.numpy(allowed_starts(starts, state["action_mask"]))
+            else:
+                a = logp.shape[-1]
+                extended = (score[..., None] + logp.view(num_envs, beams, width, a)).view(num_envs, beams, -1)
+                best = extended.topk(width, dim=-1)  # [M, beams, width], best first
+                slot, choice = best.indices // a, best.indices % a
+                empty = torch.isinf(best.values)  # fewer candidates than slots: copy the best one
+                slot = torch.where(empty, slot[..., :1], slot)
+                choice = torch.where(empty, choice[..., :1], choice)
+                score = best.values
+                parents = wrapper.numpy((slot_base + slot).view(num_envs, n_traj))
+                env.select(parents)
+                lengths = np.take_along_axis(lengths, parents, axis=1)
+                steps = np.take_along_axis(steps, parents, axis=1)
+                action = wrapper.numpy(choice.view(num_envs, n_traj))
+        steps += ~env.terminated
+        obs, reward, _, _, _ = env.step(action)
+        lengths -= reward
+        visited.append(env.last_node.copy())
+        chosen.append(parents)
+    # each final trajectory's actions, traced back through the slots it was copied from
+    actions = np.empty((num_envs, n_traj, len(visited)), dtype=np.int64)
+    rows, trace = np.arange(num_envs)[:, None], np.broadcast_to(np.arange(n_traj), (num_envs, n_traj))
+    for t in range(len(visited) - 1, -1, -1):
+        actions[..., t] = visited[t][rows, trace]
+        if chosen[t] is not None:
+            trace = chosen[t][rows, trace]
+    return actions, lengths, steps
+
+
 def decode(
     agent: Agent,
     instances: dict,
@@ -183,11 +270,12 @@ def decode(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
+    beam_width: int = 4,
 ) -> DecodeResult:
     """Decodes every instance (static arrays [B, ...], unit square) and keeps its best solution.
 
-    ``num_starts`` (multi-greedy and multi-sampling; default: every start node) and ``num_samples``
-    (sampling) set the trajectories per instance; ``temperature``, ``top_k``, ``top_p`` shape the
+    ``num_starts`` (multi-greedy, multi-sampling and multi-beam; default: every start node),
+    ``num_samples`` (sampling) and ``beam_width`` (beam, multi-beam) set the trajectories per instance; ``temperature``, ``top_k``, ``top_p`` shape the
     sampled steps (``filter_logits``); ``augment_copies`` the symmetries (1 or up to 8). ``batch_size`` is
     the most instances rolled out at once; on a CPU the rollouts are also capped at CPU_MAX_ROWS
     instances x copies and CPU_MAX_QUERIES trajectories, which keeps them in cache (1.1-1.4x faster
@@ -210,13 +298,15 @@ def decode(
         raise ValueError(f"num_samples must be at least 1, got {num_samples}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if isinstance(beam_width, bool) or not isinstance(beam_width, int | np.integer) or beam_width < 1:
+        raise ValueError(f"beam_width must be a whole number of at least 1, got {beam_width!r}")
     if not (np.isfinite(temperature) and 1e-3 <= temperature <= 100):
         raise ValueError(f"temperature must be in 0.001..100, got {temperature}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int | np.integer) or top_k < 1):
         raise ValueError(f"top_k must be a whole number of at least 1, got {top_k!r}")
     if top_p is not None and not (np.isfinite(top_p) and 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    n_traj = trajectories(decode, num_starts, num_samples)
+    n_traj = trajectories(decode, num_starts, num_samples, beam_width)
     generator = torch.Generator(device=next(agent.parameters()).device).manual_seed(seed)
     lengths, tours = np.empty(num_instances), []
     start = time.perf_counter()
@@ -226,16 +316,21 @@ def decode(
     for lo in range(0, num_instances, batch_size):
         batch = {key: value[lo : lo + batch_size] for key, value in instances.items()}
         size = batch["coords"].shape[0]
-        actions, traj_lengths, steps = rollout(
-            agent,
-            augment(batch, augment_copies),
-            n_traj,
-            greedy=decode not in SAMPLED,
-            num_starts=num_starts if decode in MULTI_START else None,
-            reencode=reencode,
-            generator=generator,
-            sampling={"temperature": temperature, "top_k": top_k, "top_p": top_p},
-        )
+        if decode in BEAM:
+            actions, traj_lengths, steps = beam_rollout(
+                agent, augment(batch, augment_copies), beam_width, num_starts if decode in MULTI_START else None
+            )
+        else:
+            actions, traj_lengths, steps = rollout(
+                agent,
+                augment(batch, augment_copies),
+                n_traj,
+                greedy=decode not in SAMPLED,
+                num_starts=num_starts if decode in MULTI_START else None,
+                reencode=reencode,
+                generator=generator,
+                sampling={"temperature": temperature, "top_k": top_k, "top_p": top_p},
+            )
         per_instance = traj_lengths.reshape(augment_copies, size, n_traj).transpose(1, 0, 2).reshape(size, -1)
         best = per_instance.argmin(1)
         copy, traj = np.divmod(best, n_traj)

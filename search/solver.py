@@ -118,12 +118,15 @@ class Model:
         temperature: float = 1.0,
         top_k: int | None = None,
         top_p: float | None = None,
+        beam_width: int = 4,
     ) -> Solutions:
         """Decodes every instance of ``data`` and keeps its best solution.
 
         ``decode``: greedy, multi-greedy (``num_starts`` start nodes, default all), sampling
         (``num_samples`` per instance, ``seed``) or multi-sampling (a sampled trajectory from each of
-        ``num_starts`` start nodes); ``temperature``, ``top_k``, ``top_p`` shape the sampled steps; ``augment``: 1 or 8 symmetries of the unit square;
+        ``num_starts`` start nodes), beam (beam search keeping ``beam_width`` partial solutions) or
+        multi-beam (a beam of ``beam_width`` from each of ``num_starts`` start nodes); ``temperature``,
+        ``top_k``, ``top_p`` shape the sampled steps; ``augment``: 1 or 8 symmetries of the unit square;
         ``batch_size``: instances decoded at once. ``num_instances``: the first K only; ``num_nodes``
         and ``variant``: the standard sets' size and variant (default the model's). ``references``:
         a CSV / .npy / solution .npz path or an array [B] of reference costs; without them a standard
@@ -134,7 +137,7 @@ class Model:
         self.check_options(decode, augment, num_instances, num_nodes, variant, reference_solver)
 
         def check_memory(nodes: int, instances: int) -> None:
-            count = trajectories(decode, num_starts or nodes + 1, num_samples)
+            count = trajectories(decode, num_starts or nodes + 1, num_samples, beam_width)
             needed = decode_memory(nodes, min(batch_size, instances) * augment, count)
             if problem := memory_problem(needed, self.device, f"decoding {nodes}-node instances"):
                 raise ValueError(
@@ -158,7 +161,7 @@ class Model:
             result = decode_instances(
                 self.agent, group.instances, decode, num_starts=num_starts, num_samples=num_samples,
                 augment_copies=augment, batch_size=batch_size, seed=seed, reencode=reencode, progress=progress,
-                temperature=temperature, top_k=top_k, top_p=top_p,
+                temperature=temperature, top_k=top_k, top_p=top_p, beam_width=beam_width,
             )  # fmt: skip
             tours += result.tours
             lengths.append([group.reported_length(i, tour) for i, tour in enumerate(result.tours)])

@@ -1,10 +1,12 @@
 """The Python API (``ppoor.solve``, ``ppoor.Model``): what it returns passes the tests' own checker,
 gaps follow the given references, and bad input raises the command line's one-line errors."""
 
+import math
+
 import numpy as np
 import pytest
 from checks import check_cvrp_actions, check_tsp_actions
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from ppoor.data.datasets import DataError
 from ppoor.models import CheckpointError
@@ -83,7 +85,7 @@ def test_a_model_is_reused_and_greedy_is_repeatable(tsp):
         ({"data": {"coords": np.zeros((2, 5, 3))}}, DataError, "coords"),
         ({"data": 5}, DataError, "a set name .test / val., a path or a dict of arrays"),
         ({"data": "missing.npz"}, DataError, "no such file"),
-        ({"decode": "beam"}, ValueError, "decode must be one of"),
+        ({"decode": "beam-search"}, ValueError, "decode must be one of"),
         ({"augment": 3}, ValueError, "--augment must be 1 or 8"),
         ({"num_instances": 0}, ValueError, "num_instances must be a whole number of at least 1"),
         ({"variant": "vrptw"}, ValueError, "does not fit this TSP model"),
@@ -113,13 +115,15 @@ def test_bad_checkpoints_and_problems_raise(tmp_path):
 
 @settings(max_examples=6, deadline=None)
 @given(count=st.integers(1, 3), nodes=st.integers(5, 25), seed=st.integers(0, 2**16))
+@example(count=1, nodes=17, seed=120)  # at temperature 1e-3 a near-tie (logits 0.005 apart) was sampled both ways
 def test_sampling_controls_reach_greedy_at_their_limits(tsp, count, nodes, seed):
-    """top-k 1, a nucleus of almost nothing, and a temperature near 0 leave one action per step: the
-    sampled tours are the greedy ones (multi-sampling the multi-greedy ones); the tours of looser
-    controls are valid tours of their own."""
+    """top-k 1 and a nucleus of almost nothing leave one action per step: the sampled tours are the
+    greedy ones (multi-sampling the multi-greedy ones); the tours of looser controls are valid tours
+    of their own. (A temperature near 0 is not exact: actions whose logits tie within ~0.01 stay
+    likely; ``test_filter_logits_keeps_what_it_says`` checks what it does.)"""
     coords = np.random.default_rng(seed).random((count, nodes, 2))
     greedy, multi = tsp.solve(coords), tsp.solve(coords, decode="multi-greedy")
-    for controls in ({"top_k": 1}, {"top_p": 1e-9}, {"temperature": 1e-3}):
+    for controls in ({"top_k": 1}, {"top_p": 1e-9}):
         sampled = tsp.solve(coords, decode="sampling", num_samples=3, seed=seed, **controls)
         assert np.allclose(sampled.lengths, greedy.lengths), controls
         starts = tsp.solve(coords, decode="multi-sampling", seed=seed, **controls)
@@ -127,6 +131,42 @@ def test_sampling_controls_reach_greedy_at_their_limits(tsp, count, nodes, seed)
     loose = tsp.solve(coords, decode="multi-sampling", seed=seed, temperature=2.0, top_k=3, top_p=0.9)
     for tour, length, points in zip(loose.tours, loose.lengths, coords, strict=True):
         assert check_tsp_actions([*tour, tour[0]], points) == pytest.approx(length, rel=1e-6)
+
+
+@settings(max_examples=4, deadline=None)
+@given(count=st.integers(1, 3), nodes=st.integers(5, 20), seed=st.integers(0, 2**16))
+def test_beams_of_width_one_are_the_greedy_decodes(tsp, cvrp, count, nodes, seed):
+    """A beam that keeps one partial solution keeps the most probable action at every step: beam
+    W = 1 is greedy and multi-beam W = 1 is multi-greedy, tour for tour, on TSP and CVRP."""
+    rng = np.random.default_rng(seed)
+    coords = rng.random((count, nodes, 2))
+    cvrp_data = {"depot": rng.random((count, 2)), "coords": coords, "demand": rng.integers(1, 10, (count, nodes)),
+                 "capacity": 30}  # fmt: skip
+    for model, data in ((tsp, coords), (cvrp, cvrp_data)):
+        for beam, greedy in (("beam", "greedy"), ("multi-beam", "multi-greedy")):
+            got, want = model.solve(data, decode=beam, beam_width=1), model.solve(data, decode=greedy)
+            np.testing.assert_allclose(got.lengths, want.lengths, rtol=1e-9)
+            assert all(np.array_equal(a, b) for a, b in zip(got.tours, want.tours, strict=True))
+
+
+@settings(max_examples=4, deadline=None)
+@given(nodes=st.integers(4, 6), seed=st.integers(0, 2**16))
+def test_a_beam_wide_enough_to_keep_every_tour_finds_the_optimum(tsp, nodes, seed):
+    """With W = n! slots (every ordered partial tour at every depth) beam search enumerates every
+    tour, so its best is the optimum that brute force over the permutations finds; a narrower beam
+    is never better, and every beam's tours are valid."""
+    import itertools
+
+    points = np.random.default_rng(seed).random((2, nodes, 2))
+    found = tsp.solve(points, decode="beam", beam_width=math.factorial(nodes))
+    narrow = tsp.solve(points, decode="beam", beam_width=2)
+    for b, instance in enumerate(points):
+        best = min(check_tsp_actions([0, *rest, 0], instance) for rest in itertools.permutations(range(1, nodes)))
+        assert found.lengths[b] == pytest.approx(best, rel=1e-9)
+        assert narrow.lengths[b] >= best - 1e-9
+        for result in (found, narrow):
+            tour = result.tours[b]
+            assert check_tsp_actions([*tour, tour[0]], instance) == pytest.approx(result.lengths[b], rel=1e-6)
 
 
 def test_filter_logits_keeps_what_it_says():
@@ -142,16 +182,23 @@ def test_filter_logits_keeps_what_it_says():
     assert kept(top_k=10, top_p=1.0) == [True, True, True, True, False]
     sharper = filter_logits(logits, temperature=0.5).softmax(-1)[0, 0]
     assert sharper[0] > 0.5 and torch.isclose(sharper.sum(), torch.tensor(1.0))
+    # near 0 the argmax takes all unless another action is within about 0.01 of it
+    cold = filter_logits(torch.tensor([[[1.0, 0.95, 0.0]]]), temperature=1e-3).softmax(-1)[0, 0]
+    assert cold[1] < 1e-20 and cold[0] == 1.0
+    tie = filter_logits(torch.tensor([[[1.0, 0.995, 0.0]]]), temperature=1e-3).softmax(-1)[0, 0]
+    assert 0.99 < tie[0] + tie[1] and tie[1] > 1e-3
 
 
 @pytest.mark.parametrize(
     ("options", "message"),
     [({"temperature": 0.0}, "temperature must be in"), ({"top_k": 0}, "top_k must be a whole number"),
-     ({"top_p": 1.5}, "top_p must be in"), ({"top_p": float("nan")}, "top_p must be in")],
+     ({"top_p": 1.5}, "top_p must be in"), ({"top_p": float("nan")}, "top_p must be in"),
+     ({"decode": "beam", "beam_width": 0}, "beam_width must be a whole number"),
+     ({"decode": "multi-beam", "beam_width": 2.5}, "beam_width must be a whole number")],
 )  # fmt: skip
 def test_bad_sampling_controls_raise_one_line(tsp, options, message):
     with pytest.raises(ValueError, match=message):
-        tsp.solve(np.random.default_rng(0).random((1, 6, 2)), decode="sampling", **options)
+        tsp.solve(np.random.default_rng(0).random((1, 6, 2)), **{"decode": "sampling", **options})
 
 
 @settings(max_examples=25, deadline=None)

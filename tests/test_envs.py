@@ -223,3 +223,53 @@ def test_the_trainers_sizes_are_the_envs_own(env_id):
     full = ppo_or.with_defaults(args, sizes.starts)
     assert full.n_traj == sizes.starts  # one trajectory per start by default, and that many are accepted
     ppo_or.check_args(full, sizes.starts)
+
+
+@pytest.mark.parametrize("env_id", sorted(envs.ENV_IDS))
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 2**16), at=st.floats(0.15, 0.5))
+def test_select_copies_trajectories_as_a_replay_would(env_id, seed, at):
+    """``select`` (beam search's step) makes trajectory j a copy of its parent: after random steps,
+    a random selection and more random steps, every observation, reward and termination equals
+    that of a fresh env replaying each selected trajectory's actions from the start, so no piece of
+    a trajectory's state is left behind (or shared between copies), on every registered env."""
+    rng = np.random.default_rng(seed)
+    m, n, traj = 3, 8, 4
+
+    def make():
+        return gym.make_vec(env_id, num_envs=m, vectorization_mode="vector_entry_point", num_nodes=n, n_traj=traj)
+
+    env = make()
+    obs, _ = env.reset(seed=seed)
+    instances = dict(env.unwrapped.static)
+    history, returns, t, seen = [], np.zeros((m, traj)), 0, {}
+    cut = int(at * env.unwrapped.max_episode_steps)
+    selected = False
+    while not env.unwrapped.terminated.all():
+        if t == cut and not selected:
+            parents = rng.integers(0, traj, (m, traj))
+            env.unwrapped.select(parents)
+            history = [np.take_along_axis(a, parents, 1) for a in history]
+            returns = np.take_along_axis(returns, parents, 1)
+            obs = env.unwrapped._observation()
+            selected = True
+        action = random_allowed_actions(obs["action_mask"], rng)
+        obs, reward, terminated, _, _ = env.step(action)
+        history.append(action)
+        returns += reward
+        t += 1
+        if selected:  # what the replay must see after the same steps
+            seen[t] = ({key: value.copy() for key, value in obs.items()}, returns.copy(), terminated)
+    replay = make()
+    replay.reset(options=instances)
+    again = np.zeros((m, traj))
+    for step, action in enumerate(history, 1):
+        got, reward, ended, _, _ = replay.step(action)
+        again += reward
+        if step in seen:
+            want, want_returns, want_ended = seen[step]
+            for key, value in want.items():
+                np.testing.assert_array_equal(got[key], value, err_msg=f"{key} after step {step}")
+            np.testing.assert_allclose(again, want_returns, rtol=0, atol=1e-9)
+            np.testing.assert_array_equal(ended, want_ended)
+    assert selected or cut >= t
