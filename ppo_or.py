@@ -184,6 +184,11 @@ class Args:
     the minibatch), so that each minibatch starts from the policy that sampled its actions; False: with the
     minibatch's own statistics (a different policy in small minibatches). Stable from scratch at TSP50, but it
     diverged when started from a trained model (docs/training.md)"""
+    norm_groups: bool = False
+    """the rollout encodes its instances in the update's minibatches (drawn before the rollout and kept for every
+    epoch), so that batch norm sees the same instances in both and each minibatch's first step starts from the
+    policy that sampled its actions; False: the rollout encodes all M at once and each epoch draws new
+    minibatches, whose statistics differ from the rollout's (docs/training.md)"""
     encoder_cache: bool = True
     """encode each instance once per rollout; False re-encodes at every step (a baseline for benchmarks)"""
     amp: bool = False
@@ -290,6 +295,8 @@ def check_args(args: Args, starts: int) -> None:
         problems.append(
             f"--train-augment {args.train_augment} does not divide --num-envs {args.num_envs} (it counts the copies)"
         )
+    if args.norm_groups and args.replay_batch_norm:
+        problems.append("--norm-groups and --replay-batch-norm are two cures of the same mismatch: choose one")
     if args.baseline == "shared" and args.n_traj * args.train_augment < 2:
         problems.append("--baseline shared needs at least 2 trajectories per instance (--n-traj x --train-augment)")
     val_size = KOOL_SET_SIZE if ENV_IDS[args.env_id] in ("tsp", "cvrp") else TEST_SET_SIZE
@@ -356,6 +363,32 @@ def shared_advantages(returns: torch.Tensor, copies: int) -> torch.Tensor:
     return (grouped - grouped.mean((0, 2), keepdim=True)).view(num_envs, n_traj)
 
 
+@dataclass
+class Rollout:
+    """One rollout of M instances x N trajectories over T stored steps (steps where every trajectory
+    had one allowed action are not stored). ``static``: the encoder's inputs [M, ...]; ``steps``: the
+    dynamic states [T, M, N, ...]; ``batch``: ``actions``, ``logprobs``, ``alive`` (the step counts in
+    the loss) [T, M, N], with --multi-start ``weights``, with the critic ``values``, ``rewards``,
+    ``dones`` [T, M, N] and ``next_value`` [M, N]; ``norms``: the batch-norm statistics the rollout's
+    encoding used (--replay-batch-norm); ``groups``: the update's minibatches of instance indices
+    (--norm-groups: the rollout encoded each alone; else None, each epoch draws its own);
+    ``env_steps``: steps the env took (stored or not)."""
+
+    static: dict
+    steps: dict
+    batch: dict
+    norms: list
+    groups: list | None
+    env_steps: int
+
+
+def minibatches(num_envs: int, size: int, device: torch.device) -> list[torch.Tensor]:
+    """A random partition of the ``num_envs`` instances into ceil(num_envs / size) minibatches of
+    near-equal size (index tensors)."""
+    size = math.ceil(num_envs / math.ceil(num_envs / size))
+    return list(torch.randperm(num_envs).to(device).split(size))
+
+
 def minibatch_totals(batch: dict, index: torch.Tensor, args: Args) -> dict:
     """What the loss of a minibatch's chunks shares: the count of live steps of instances ``index``
     [B] (over every process) and, with --norm-adv, the mean and standard deviation of their
@@ -393,7 +426,11 @@ def ppo_loss(
     mb = {key: per_instance(value, index) for key, value in batch.items()}
     critic = args.baseline == "critic"
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(
-        minibatch_state(static, steps, index), mb["actions"], cache=cache, with_value=critic
+        minibatch_state(static, steps, index),
+        mb["actions"],
+        cache=cache,
+        with_value=critic,
+        entropy_grad=args.ent_coef != 0,
     )
     newlogprob, entropy = newlogprob.float(), entropy.float()
     alive = mb["alive"].float()
@@ -446,10 +483,10 @@ def ppo_loss(
 
 
 def ppo_update(
-    agent: Agent, optimizer: torch.optim.Optimizer, static: dict, steps: dict, batch: dict, args: Args, chunk: int,
-    autocast,
+    agent: Agent, optimizer: torch.optim.Optimizer, data: Rollout, args: Args, chunk: int, autocast,
 ) -> dict:  # fmt: skip
-    """--update-epochs passes over the rollout's M instances in minibatches of about --minibatch-size,
+    """--update-epochs passes over the rollout's M instances in minibatches of about --minibatch-size
+    (each epoch draws its own, or with --norm-groups the rollout's ``groups``, in the same order),
     one optimizer step each, on a random --step-fraction of the stored steps. A minibatch is encoded at
     once (batch norm over all its instances) and decoded in chunks of at most ``chunk`` instances; each chunk's backward pass stops at the encoding
     (freeing its decoding), and the encoder's backward pass runs once on the gradients they gathered:
@@ -458,14 +495,14 @@ def ppo_update(
     than 2 x target_kl from the rollout's (never before the first step). Returns the statistics of
     the last minibatch stepped (``ppo_loss``), the mean clip fraction and the number of optimizer
     steps taken."""
+    static, steps, batch, groups = data.static, data.steps, data.batch, data.groups
     num_envs = batch["actions"].shape[1]
-    size = math.ceil(num_envs / math.ceil(num_envs / args.minibatch_size))  # near-equal minibatches
     clipfracs, taken, last = [], 0, {}
     stored = batch["actions"].shape[0]
     sampled = max(1, math.ceil(args.step_fraction * stored))
     full_steps, full_batch = steps, batch
     for _epoch in range(args.update_epochs):
-        for mb_inds in torch.randperm(num_envs).to(batch["actions"].device).split(size):
+        for mb_inds in groups or minibatches(num_envs, args.minibatch_size, batch["actions"].device):
             if sampled < stored:  # --step-fraction: this minibatch's share of the stored steps
                 at = torch.randperm(stored)[:sampled].sort().values.to(mb_inds.device)
                 steps = {key: value.index_select(0, at) for key, value in full_steps.items()}
@@ -492,6 +529,18 @@ def ppo_update(
             clipfracs.append(stats["clipfrac"])
             taken, last = taken + 1, stats
     return {**last, "clipfrac": float(np.mean(clipfracs)), "optimizer_steps": taken}
+
+
+def sample_kl(agent: Agent, data: Rollout, args: Args, size: int) -> float:
+    """approx-KL between the rollout's policy and the agent's on ``size`` of the rollout's instances,
+    encoded as the update encodes them (with --norm-groups: within their minibatch)."""
+    if data.groups is None:
+        sample = torch.randperm(args.num_envs)[:size].to(data.batch["actions"].device)
+        return ppo_loss(agent, data.static, data.steps, data.batch, sample, args)[1]["approx_kl"]
+    group = data.groups[0]
+    cache = agent.encode({key: value[group] for key, value in data.static.items()})
+    rows = Cache(*(x[:size] for x in cache))
+    return ppo_loss(agent, data.static, data.steps, data.batch, group[:size], args, cache=rows)[1]["approx_kl"]
 
 
 def steer_learning_rate(scale: float, kl: float, target: float) -> float:
@@ -536,22 +585,6 @@ def resolve_args(args: Args, given: set[str] | None = None) -> tuple[Args, dict 
     return args, ckpt, sizes, init
 
 
-@dataclass
-class Rollout:
-    """One rollout of M instances x N trajectories over T stored steps (steps where every trajectory
-    had one allowed action are not stored). ``static``: the encoder's inputs [M, ...]; ``steps``: the
-    dynamic states [T, M, N, ...]; ``batch``: ``actions``, ``logprobs``, ``alive`` (the step counts in
-    the loss) [T, M, N], with --multi-start ``weights``, with the critic ``values``, ``rewards``,
-    ``dones`` [T, M, N] and ``next_value`` [M, N]; ``norms``: the batch-norm statistics the rollout's
-    encoding used (--replay-batch-norm); ``env_steps``: steps the env took (stored or not)."""
-
-    static: dict
-    steps: dict
-    batch: dict
-    norms: list
-    env_steps: int
-
-
 def rollout(
     agent: Agent,
     envs,
@@ -571,8 +604,9 @@ def rollout(
     states, actions, logprobs, values, rewards, dones, alive, weights = ([] for _ in range(8))
     env_steps = 0
     replay = recorded_statistics(agent) if args.replay_batch_norm else contextlib.nullcontext([])
+    groups = minibatches(args.num_envs, args.minibatch_size, start_actions.device) if args.norm_groups else None
     with torch.no_grad(), autocast, replay as norms:  # with --replay-batch-norm the update normalises alike
-        cache = agent.encode(static) if args.encoder_cache else None
+        cache = agent.encode(static, groups) if args.encoder_cache else None
         for _ in range(args.num_steps or env.max_episode_steps):
             running = ~env.terminated
             if not running.any():
@@ -588,7 +622,10 @@ def rollout(
             forced = args.multi_start and env.steps == 0
             first = first_nodes(start_actions, args.num_envs, args.n_traj) if forced else None
             action, logprob, _, value = agent.get_action_and_value(
-                state, allowed_starts(first, state["action_mask"]) if forced else None, cache=cache, with_value=critic
+                state,
+                allowed_starts(first, state["action_mask"]) if forced else None,
+                cache=cache if args.encoder_cache else agent.encode(static, groups),  # the baseline re-encodes
+                with_value=critic,
             )
             obs, reward, terminations, _, _ = envs.step(wrapper.numpy(action))
             episode["return"] += reward
@@ -610,7 +647,7 @@ def rollout(
         if critic:
             batch.update(values=torch.stack(values), rewards=torch.stack(rewards), dones=torch.stack(dones))
             batch["next_value"] = agent.get_value(wrapper.state(static, obs), cache=cache).float()
-    return Rollout(static, stack_states(states), batch, norms, env_steps), obs
+    return Rollout(static, stack_states(states), batch, norms, groups, env_steps), obs
 
 
 def add_advantages(batch: dict, episode_return: np.ndarray, args: Args) -> None:
@@ -732,13 +769,10 @@ def main(args: Args, given: set[str] | None = None) -> None:
         # optimizing the policy and value network over minibatches of instances
         update_start = time.time()
         with fixed_statistics(agent, data.norms):  # empty without --replay-batch-norm: the minibatch's own statistics
-            stats = ppo_update(agent, optimizer, data.static, data.steps, data.batch, args, chunk, autocast)
+            stats = ppo_update(agent, optimizer, data, args, chunk, autocast)
             if args.target_kl is not None:  # the KL the update reached, on a sample of the rollout
                 with torch.no_grad(), autocast:
-                    sample = torch.randperm(args.num_envs)[: min(chunk, KL_SAMPLE)].to(device)
-                    stats["update_kl"] = ppo_loss(agent, data.static, data.steps, data.batch, sample, args)[1][
-                        "approx_kl"
-                    ]
+                    stats["update_kl"] = sample_kl(agent, data, args, min(chunk, KL_SAMPLE))
                 run.lr_scale = steer_learning_rate(run.lr_scale, stats["update_kl"], args.target_kl)
         update_time = time.time() - update_start
         run.tick()

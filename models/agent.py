@@ -26,16 +26,19 @@ class Agent(AttentionModel):
         cache: Cache | None = None,
         greedy: bool = False,
         with_value: bool = True,
+        entropy_grad: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Returns action [B, N] (sampled, or the argmax if ``greedy``, unless given), its
         log-probability [B, N], the policy entropy [B, N] and the value [B, N] (None unless
-        ``with_value``: the critic is skipped)."""
+        ``with_value``: the critic is skipped). ``entropy_grad=False`` computes the entropy outside
+        the autograd graph (a statistic only: no bonus on it)."""
         logits, value = self(self.encode(state) if cache is None else cache, state, with_value)
         logp = torch.log_softmax(logits, dim=-1)  # -inf on masked actions
         if action is None:
             action = logits.argmax(-1) if greedy else sample(logp)
         logprob = logp.gather(-1, action[..., None]).squeeze(-1)
-        entropy = -(logp.exp() * logp.masked_fill(~state["action_mask"], 0.0)).sum(-1)
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = -(logp.exp() * logp.masked_fill(~state["action_mask"], 0.0)).sum(-1)
         return action, logprob, entropy, value
 
 

@@ -156,8 +156,14 @@ class AttentionModel(nn.Module):
         self.decoder = Decoder(embed_dim, num_heads, self.context.context_dim, tanh_clipping)
         self.critic = nn.Sequential(nn.Linear(embed_dim, embed_dim), nn.ReLU(), nn.Linear(embed_dim, 1))
 
-    def encode(self, static: dict) -> Cache:
-        """static: the problem's static tensors with instance axis B (see ``models.state``)."""
+    def encode(self, static: dict, groups: list[torch.Tensor] | None = None) -> Cache:
+        """static: the problem's static tensors with instance axis B (see ``models.state``). ``groups``:
+        a partition of the B instances (index tensors); the encoder then runs on each group alone, so
+        that batch norm (in training mode) normalises each over its own instances."""
+        if groups is not None:
+            parts = [self.encode({key: value[group] for key, value in static.items()}) for group in groups]
+            order = torch.cat(groups).argsort()
+            return Cache(*(torch.cat(rows)[order] for rows in zip(*parts, strict=True)))
         h = self.encoder(self.embedding(static))
         return self.decoder.precompute(h, self.context.node_rows(h, self.decoder.project_context.weight))
 

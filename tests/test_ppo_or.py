@@ -405,10 +405,11 @@ def test_start_loss_is_the_gradient_of_the_expected_advantage():
     assert compared > 10
 
 
-def rollout_batch(seed: int, num_envs: int = 6, num_nodes: int = 5):
+def rollout_batch(seed: int, num_envs: int = 6, num_nodes: int = 5, groups: list | None = None):
     """A CVRP rollout of two steps for ``num_envs`` instances x 5 trajectories (multi-start first
     step, then a sampled one), with random advantages and a random half of the second step dead:
-    (agent, static, steps, batch); the batch-norm statistics it used are left in ``rollout_batch.norms``."""
+    (agent, static, steps, batch); the batch-norm statistics it used are left in ``rollout_batch.norms``.
+    ``groups``: the instances encoded together (--norm-groups); None encodes all at once."""
     from ppoor.envs import CVRPVectorEnv
     from ppoor.models import StateWrapper
     from ppoor.models.distributed_norm import recorded_statistics
@@ -427,7 +428,8 @@ def rollout_batch(seed: int, num_envs: int = 6, num_nodes: int = 5):
         for t in range(2):
             state = wrapper.state(static, obs)
             forced = ppo_or.first_nodes(torch.arange(1, num_nodes + 1), num_envs, num_nodes) if t == 0 else None
-            action, logprob, _, _ = agent.get_action_and_value(state, forced, with_value=False)
+            cache = agent.encode(static, groups)
+            action, logprob, _, _ = agent.get_action_and_value(state, forced, cache=cache, with_value=False)
             obs, _, _, _, _ = env.step(action.numpy())
             states.append({k: v for k, v in state.items() if k not in static})
             actions.append(action)
@@ -443,6 +445,13 @@ def rollout_batch(seed: int, num_envs: int = 6, num_nodes: int = 5):
     batch["weights"] = torch.stack([num_nodes * logprobs[0].exp(), torch.ones_like(logprobs[1])]) * alive
     rollout_batch.norms = norms  # the batch statistics the rollout normalised with
     return agent, static, stack_states(states), batch
+
+
+def update_data(static: dict, steps: dict, batch: dict, groups: list | None = None):
+    """``rollout_batch``'s tensors as the ppo_or.Rollout that ppo_update takes."""
+    from ppoor import ppo_or
+
+    return ppo_or.Rollout(static, steps, batch, [], groups, env_steps=len(batch["actions"]))
 
 
 @settings(max_examples=8, deadline=None)
@@ -465,7 +474,7 @@ def test_chunks_accumulate_the_gradient_of_the_whole_minibatch(chunk, norm_adv, 
         before = [p.detach().clone() for p in agent.parameters()]
         optimizer = torch.optim.SGD(agent.parameters(), lr=1.0)
         torch.manual_seed(seed)
-        stats = ppo_or.ppo_update(agent, optimizer, static, steps, batch, args, rows, contextlib.nullcontext())
+        stats = ppo_or.ppo_update(agent, optimizer, update_data(static, steps, batch), args, rows, contextlib.nullcontext())
         results.append(([b - p.detach() for b, p in zip(before, agent.parameters(), strict=True)], stats))
     (whole, whole_stats), (chunked, chunked_stats) = results
     moved = 0
@@ -506,6 +515,36 @@ def test_a_minibatch_replays_the_rollouts_batch_norm(seed, rows):
     assert torch.allclose(norm.running_mean, torch.lerp(before, target, norm.momentum), atol=1e-6)
 
 
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 2**16), size=st.integers(1, 4))
+def test_norm_groups_start_every_minibatch_from_the_rollouts_policy(seed, size):
+    """--norm-groups: the rollout encodes its instances in the update's minibatches, so at a zero
+    learning rate every minibatch of every epoch measures approx-KL 0 (its log-probabilities are the
+    rollout's); the grouped encoding equals each group's encoding alone. Without it a minibatch's
+    batch norm differs from the rollout's (all instances at once) and approx-KL is positive."""
+    import contextlib
+
+    from ppoor import ppo_or
+
+    groups = ppo_or.minibatches(6, size, torch.device("cpu"))
+    agent, static, steps, batch = rollout_batch(seed, groups=groups)
+    whole = agent.encode(static, groups)
+    for group in groups:
+        alone = agent.encode({key: value[group] for key, value in static.items()})
+        for got, want in zip(whole, alone, strict=True):
+            torch.testing.assert_close(got[group], want)
+    args = ppo_or.Args(num_envs=6, n_traj=5, num_nodes=5, minibatch_size=size, update_epochs=2, target_kl=None)
+    optimizer = torch.optim.SGD(agent.parameters(), lr=0.0)
+    kls = []
+    at_once = rollout_batch(seed)[1:]  # the same agent's rollout, all six instances encoded together
+    for data in (update_data(static, steps, batch, groups), update_data(*at_once)):
+        stats = ppo_or.ppo_update(agent, optimizer, data, args, 6, contextlib.nullcontext())
+        kls.append(stats["approx_kl"])
+        assert stats["optimizer_steps"] == 2 * len(groups)
+    assert kls[0] == pytest.approx(0.0, abs=1e-6)
+    assert kls[1] > 1e-5
+
+
 def test_the_trust_region_stops_the_update_and_steers_the_learning_rate():
     """--target-kl: the update stops before a minibatch on which the policy has moved more than
     2 x target_kl (never before its first step), and the learning rate factor falls by 1.5 above
@@ -519,7 +558,7 @@ def test_the_trust_region_stops_the_update_and_steers_the_learning_rate():
         agent, static, steps, batch = rollout_batch(3)
         optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
         args = ppo_or.Args(num_envs=6, n_traj=5, num_nodes=5, minibatch_size=2, update_epochs=3, target_kl=target)
-        stats = ppo_or.ppo_update(agent, optimizer, static, steps, batch, args, 2, contextlib.nullcontext())
+        stats = ppo_or.ppo_update(agent, optimizer, update_data(static, steps, batch), args, 2, contextlib.nullcontext())
         taken[target] = stats["optimizer_steps"]
         assert {"policy_loss", "entropy", "approx_kl", "clipfrac"} <= set(stats)
     assert taken == {None: 9, 1e-9: 1}
@@ -608,8 +647,8 @@ def test_a_step_fraction_trains_on_a_subset_of_the_stored_steps(norm_adv, seed):
         args = ppo_or.replace(args, target_kl=None, max_grad_norm=1e6, step_fraction=fraction)
         before = [p.detach().clone() for p in agent.parameters()]
         torch.manual_seed(draw)
-        ppo_or.ppo_update(agent, torch.optim.SGD(agent.parameters(), lr=1.0), static, steps, batch, args, 6,
-                          contextlib.nullcontext())  # fmt: skip
+        data = update_data(static, steps, batch)
+        ppo_or.ppo_update(agent, torch.optim.SGD(agent.parameters(), lr=1.0), data, args, 6, contextlib.nullcontext())
         return [b - p.detach() for b, p in zip(before, agent.parameters(), strict=True)]
 
     def same(a: list, b: list) -> bool:
