@@ -28,7 +28,7 @@ from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import CheckpointError
 from ppoor.plotting.routes import plot_routes
 from ppoor.search.decoding import BEAM, DECODES, SAMPLED
-from ppoor.search.polish import polish
+from ppoor.search.polish import POLISHED, polish
 from ppoor.search.solutions import COST_NAMES
 from ppoor.search.solver import Model, variants_of
 from ppoor.training.runs import (
@@ -102,7 +102,8 @@ class Args:
     solver_seconds: float = 1.0
     """pyvrp and ortools: time limit per instance"""
     polish: bool = False
-    """TSP: also polish the decoded tours by 2-opt (search.polish) and print them as a row of their own, so that
+    """also polish the decoded solutions (search.polish: TSP by 2-opt; CVRP, the VRP variants, MRCVRP and PCVRP by
+    PyVRP's local search, from generated and .npz instances) and print them as a row of their own, so that
     the network's own tours stay visible"""
     reencode: bool = False
     """re-run the encoder at every step (the original RLOR evaluation; for comparison only)"""
@@ -192,8 +193,11 @@ def main(args: Args, given: set[str] | None = None) -> None:
         )
         if os.path.isdir(args.checkpoint):
             print(f"using {model.path} (the latest checkpoint of {args.checkpoint})", flush=True)
-        if args.polish and model.problem != "tsp":
-            raise ValueError(f"--polish (2-opt) polishes TSP tours; this is a {model.problem.upper()} model")
+        if args.polish and model.problem not in POLISHED:
+            raise ValueError(
+                f"--polish polishes {', '.join(p.upper() for p in POLISHED)} solutions; this is a "
+                f"{model.problem.upper()} model"
+            )
         total = args.num_instances if args.data in STANDARD_SETS and args.num_instances else None
         with tqdm(total=total, desc=f"{args.decode} x{args.augment}", unit="inst", disable=None) as progress:
             solutions = model.solve(
@@ -238,16 +242,16 @@ def main(args: Args, given: set[str] | None = None) -> None:
         what += f", variant {variant}"
     print(f"checkpoint {checkpoint} ({what}), data {args.data}")
     print(
-        f"{'instances':>10} {'decode':>22} {COST_NAMES.get(problem, 'mean length'):>12} {'mean gap':>9} {'time':>9} {'per inst.':>10}"
+        f"{'instances':>10} {'decode':>28} {COST_NAMES.get(problem, 'mean length'):>12} {'mean gap':>9} {'time':>9} {'per inst.':>10}"
     )
     rows = [(decoding, solutions)]
     if args.polish:
         polished = polish(solutions)
-        rows.append((f"{decoding} + 2-opt", polished))
+        rows.append((decoding + polished.decode.removeprefix(solutions.decode), polished))
     for label, row in rows:
         gap_text = f"{row.mean_gap:8.3f}%" if row.mean_gap is not None else f"{'-':>9}"
         print(
-            f"{len(row.lengths):>10} {label:>22} {row.lengths.mean():>12.4f} {gap_text} {row.seconds:>8.2f}s "
+            f"{len(row.lengths):>10} {label:>28} {row.lengths.mean():>12.4f} {gap_text} {row.seconds:>8.2f}s "
             f"{1000 * row.seconds / len(row.lengths):>8.2f}ms"
         )
     if known.any() and not known.all():

@@ -77,8 +77,7 @@ def solve_reference(dataset: Dataset, index: int, solver: str, seconds: float) -
     if dataset.problem in FAMILY_SOLVERS:  # the cost is re-measured (and the tour checked) on the instance
         instance = {key: value[index] for key, value in dataset.instances.items()}
         return dataset.reported_length(index, FAMILY_SOLVERS[dataset.problem](instance, seconds))
-    dist = integer_distances(dataset, index)
-    tour = lkh_tour(dist) if solver == "lkh" else pyvrp_tour(dataset, index, dist, seconds)
+    tour = lkh_tour(integer_distances(dataset, index)) if solver == "lkh" else pyvrp_tour(dataset, index, seconds)
     return dataset.reported_length(index, tour)
 
 
@@ -94,25 +93,41 @@ def lkh_tour(dist: np.ndarray) -> np.ndarray:
     return np.asarray(elkai.DistanceMatrix(dist.tolist()).solve_tsp(runs=10)[:-1])
 
 
-def pyvrp_tour(dataset: Dataset, index: int, dist: np.ndarray, seconds: float) -> np.ndarray:
+def pyvrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
     """CVRP actions (customers 1..n, 0 = depot) of PyVRP's best solution within ``seconds``."""
-    demand = np.rint(dataset.instances["demand"][index] * UNIT_SCALE).astype(int)[:, None]
-    return pyvrp_depot_routes(dataset.node_points(index), dist, demand, UNIT_SCALE, None, seconds)
+    model, _ = pyvrp_model(dataset, index)
+    return depot_actions(model.solve(stop=max_runtime(seconds), display=False).best)
 
 
 def pyvrp_depot_routes(
     points: np.ndarray, dist: np.ndarray, loads: np.ndarray, capacity: int, prizes: np.ndarray | None, seconds: float
 ) -> np.ndarray:
-    """PyVRP's best solution within ``seconds`` of a one-depot problem with capacitated routes:
-    ``points`` [A, 2] (depot first), integer distances [A, A], integer ``loads`` [n, R] against
-    ``capacity`` in every dimension, and (prize collecting) optional clients with integer ``prizes``
-    [n]. Returns actions (customers 1..n, 0 = the depot after each route; [0] if no route)."""
+    """PyVRP's best solution within ``seconds`` of a one-depot problem with capacitated routes
+    (``depot_model``'s arguments), as actions (``depot_actions``)."""
+    model = depot_model(points, dist, loads, capacity, prizes)
+    return depot_actions(model.solve(stop=max_runtime(seconds), display=False).best)
+
+
+def pyvrp():
+    """The pyvrp module, or an ImportError that says how to install it."""
     try:
-        from pyvrp import Model
-        from pyvrp.stop import MaxRuntime
+        import pyvrp
+        import pyvrp.search
+        import pyvrp.stop
     except ImportError as exc:
-        raise ImportError("--reference-solver pyvrp needs PyVRP: pip install pyvrp") from exc
-    model = Model()
+        raise ImportError("PyVRP is needed here (references and the VRP polish): pip install pyvrp") from exc
+    return pyvrp
+
+
+def max_runtime(seconds: float):
+    return pyvrp().stop.MaxRuntime(seconds)
+
+
+def depot_model(points: np.ndarray, dist: np.ndarray, loads: np.ndarray, capacity: int, prizes: np.ndarray | None):
+    """PyVRP's model of a one-depot problem with capacitated routes: ``points`` [A, 2] (depot first),
+    integer distances [A, A], integer ``loads`` [n, R] against ``capacity`` in every dimension, and
+    (prize collecting) optional clients with integer ``prizes`` [n]; client i is action i + 1."""
+    model = pyvrp().Model()
     model.add_vehicle_type(num_available=len(loads), capacity=[capacity] * loads.shape[1])
     nodes = [model.add_location(x=float(x), y=float(y)) for x, y in points]
     model.add_depot(nodes[0])
@@ -122,9 +137,14 @@ def pyvrp_depot_routes(
     for i, a in enumerate(nodes):
         for j, b in enumerate(nodes):
             model.add_edge(a, b, distance=int(dist[i, j]))
-    result = model.solve(stop=MaxRuntime(seconds), display=False)
+    return model
+
+
+def depot_actions(solution) -> np.ndarray:
+    """A PyVRP solution of a ``depot_model`` as actions (customers 1..n, 0 = the depot after each
+    route; [0] if no route)."""
     tour = []
-    for route in result.best.routes():
+    for route in solution.routes():
         tour += [activity.idx + 1 for activity in route if activity.is_client()] + [0]
     return np.asarray(tour or [0])
 
@@ -135,11 +155,16 @@ def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
     per depot, starting and ending there; mixed backhauls are PyVRP's own pickups and deliveries
     (the load checked along the route), classic ones add the forbidden arcs. As the env's actions:
     from depot 0, a move to each route's depot where it differs, its customers, its return."""
-    try:
-        from pyvrp import Model
-        from pyvrp.stop import MaxRuntime
-    except ImportError as exc:
-        raise ImportError("--reference-solver pyvrp needs PyVRP: pip install pyvrp") from exc
+    model = vrp_model(dataset, index)
+    k = len(dataset.instances["depots"][index])
+    tour = vrp_actions(model.solve(stop=max_runtime(seconds), display=False).best, k)
+    vrp_cost({key: value[index] for key, value in dataset.instances.items()}, tour)  # raises if not feasible
+    return tour
+
+
+def vrp_model(dataset: Dataset, index: int):
+    """PyVRP's model of multi-task VRP instance ``index`` (``pyvrp_vrp_tour``): depot d is PyVRP's
+    depot d and vehicle type d, customer action k + i its client i."""
     if dataset.rounding != "exact":
         raise ValueError(
             f"{dataset.names[index]}: PyVRP references are for generated and .npz instances; "
@@ -155,7 +180,7 @@ def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
     delivery = np.rint(np.concatenate([zeros, inst["demand_linehaul"]]) * LOAD_SCALE).astype(int)
     pickup = np.rint(np.concatenate([zeros, inst["demand_backhaul"]]) * LOAD_SCALE).astype(int)
     windows, service = inst["time_windows"], inst["service_time"]
-    model = Model()
+    model = pyvrp().Model()
     nodes = [model.add_location(x=float(x), y=float(y)) for x, y in points]
     limit = {"max_distance": scale_down(inst["distance_limit"])} if np.isfinite(inst["distance_limit"]) else {}
     for d in range(k):
@@ -181,16 +206,33 @@ def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
         for j, b in enumerate(nodes):
             blocked = classic and pickup[i] > 0 and delivery[j] > 0
             model.add_edge(a, b, distance=forbidden if blocked else int(travel[i, j]), duration=int(travel[i, j]))
-    result = model.solve(stop=MaxRuntime(seconds), display=False)
+    return model
+
+
+def vrp_actions(solution, k: int) -> np.ndarray:
+    """A PyVRP solution of a ``vrp_model`` with ``k`` depots as the env's actions: from depot 0, a
+    move to each route's depot where it differs, its customers, its return."""
     tour, here = [], 0
-    for route in result.best.routes():
+    for route in solution.routes():
         depot = route.start_depot()
         tour += ([depot] if depot != here else []) + [k + activity.idx for activity in route if activity.is_client()]
         tour.append(depot)
         here = depot
-    tour = np.asarray(tour)
-    vrp_cost(inst, tour)  # raises InvalidTourError if PyVRP's best is not a feasible solution
-    return tour
+    return np.asarray(tour)
+
+
+def pyvrp_model(dataset: Dataset, index: int) -> tuple[object, int]:
+    """PyVRP's model of instance ``index`` of a CVRP, multi-task VRP, multi-resource CVRP or
+    prize-collecting CVRP set, and the number of depot actions before the customers' (1, or the VRP's
+    k): the model the references solve and the polish searches."""
+    if dataset.problem == "mtvrp":
+        return vrp_model(dataset, index), len(dataset.instances["depots"][index])
+    if dataset.problem == "cvrp":
+        demand = np.rint(dataset.instances["demand"][index] * UNIT_SCALE).astype(int)[:, None]
+        return depot_model(dataset.node_points(index), integer_distances(dataset, index), demand, UNIT_SCALE, None), 1
+    if dataset.problem in ("mrcvrp", "pcvrp"):
+        return depot_model(*family_model_arguments({key: value[index] for key, value in dataset.instances.items()})), 1
+    raise ValueError(f"PyVRP models CVRP, the VRP variants, MRCVRP and PCVRP, not {dataset.problem.upper()}")
 
 
 def kool_references(problem: str, num_nodes: int, split: str, count: int, cache_dir: str) -> np.ndarray | None:
@@ -241,11 +283,16 @@ def pyvrp_family_tour(instance: dict, seconds: float) -> np.ndarray:
     """PyVRP's best solution within ``seconds`` of a multi-resource CVRP (one load dimension per
     resource) or a prize-collecting CVRP (optional clients with prizes: PyVRP minimises distance +
     uncollected prizes) instance, as actions (customers 1..n, 0 = depot)."""
+    return pyvrp_depot_routes(*family_model_arguments(instance), seconds)
+
+
+def family_model_arguments(instance: dict) -> tuple:
+    """``depot_model``'s arguments for a multi-resource or prize-collecting CVRP instance."""
     demand = np.asarray(instance["demand"], dtype=np.float64)
     loads = np.rint((demand if demand.ndim == 2 else demand[:, None]) * LOAD_SCALE).astype(int)  # [n, R]
     prizes = np.rint(np.asarray(instance["prize"]) * UNIT_SCALE) if "prize" in instance else None
     points = depot_points(instance)
-    return pyvrp_depot_routes(points, scaled_distances(points), loads, LOAD_SCALE, prizes, seconds)
+    return points, scaled_distances(points), loads, LOAD_SCALE, prizes
 
 
 def ortools_pdp_tour(instance: dict, seconds: float) -> np.ndarray:

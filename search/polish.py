@@ -1,10 +1,14 @@
-"""A local-search polish of decoded TSP tours (2-opt), reported apart from the network's own tours.
+"""A local-search polish of decoded solutions, reported apart from the network's own.
 
-``two_opt`` improves one closed tour on a distance matrix by best-improvement 2-opt moves (reverse
-the segment between two edges when the two new edges are shorter) until none improves; each pass
-evaluates every pair of edges at once with numpy. ``polish`` applies it to every tour of a
-``search.solver.Solutions`` on the data's own distances (TSPLIB's rounding for TSPLIB files) and
-returns new ``Solutions`` whose lengths the checker recomputes, so that both rows can be shown.
+``two_opt`` improves one closed TSP tour on a distance matrix by best-improvement 2-opt moves
+(reverse the segment between two edges when the two new edges are shorter) until none improves;
+each pass evaluates every pair of edges at once with numpy. ``local_search`` improves a CVRP, VRP
+variant, multi-resource or prize-collecting CVRP solution by PyVRP's local search (its operators
+on the granular neighbourhood, run to a local optimum, with prohibitive penalties so that it stays
+feasible) on the same PyVRP model the references use. ``polish`` applies them to every solution of
+a ``search.solver.Solutions`` and returns new ``Solutions`` whose costs the data's checker
+recomputes (an infeasible or costlier result keeps the decoded solution), so that both rows can be
+shown.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from dataclasses import replace
 import numpy as np
 
 EPS = 1e-9  # a move must shorten the tour by more than this
+POLISHED = ("tsp", "cvrp", "mtvrp", "mrcvrp", "pcvrp")  # the problems ``polish`` takes
+PENALTY = 1e9  # PyVRP's cost of a unit of excess load, time warp or excess distance: never worth it
 
 
 def two_opt(dist: np.ndarray, tour: np.ndarray, max_moves: int = 100_000) -> np.ndarray:
@@ -40,22 +46,71 @@ def two_opt(dist: np.ndarray, tour: np.ndarray, max_moves: int = 100_000) -> np.
     return tour
 
 
+def routes_of(tour: np.ndarray, k: int) -> list[tuple[int, list[int]]]:
+    """The routes of ``tour`` (actions: depots 0..k-1, customers from k; a depot action after
+    customers ends a route, one before any starts the next route there): (depot, customers)."""
+    routes, depot, current = [], 0, []
+    for action in np.asarray(tour).tolist():
+        if action >= k:
+            current.append(action)
+        elif current:
+            routes.append((depot, current))
+            current = []
+        else:
+            depot = action
+    if current:
+        routes.append((depot, current))
+    return routes
+
+
+def local_search(dataset, index: int, tour: np.ndarray, seed: int = 0) -> np.ndarray:
+    """PyVRP's local search from ``tour`` (actions) of instance ``index`` of ``dataset`` (CVRP, a VRP
+    variant, MRCVRP or PCVRP) to a local optimum of all its operators; the actions of the result,
+    or ``tour`` itself where the result is not feasible."""
+    from ppoor.data.references import depot_actions, pyvrp, pyvrp_model, vrp_actions
+
+    vrp = pyvrp()
+    model, k = pyvrp_model(dataset, index)
+    data = model.data()
+    client = vrp.ActivityType.CLIENT
+    routes = [vrp.Route(data, [vrp.Activity(client, c - k) for c in customers], depot)
+              for depot, customers in routes_of(tour, k)]  # fmt: skip
+    search = vrp.search.LocalSearch(data, vrp.RandomNumberGenerator(seed=seed), vrp.search.compute_neighbours(data))
+    for operator in vrp.search.OPERATORS:
+        search.add_operator(operator(data))
+    penalties = vrp.CostEvaluator([PENALTY] * data.num_load_dimensions, PENALTY, PENALTY)
+    better = search(vrp.Solution(data, routes), penalties, exhaustive=True)
+    if not better.is_feasible():
+        return np.asarray(tour)
+    return vrp_actions(better, k) if dataset.problem == "mtvrp" else depot_actions(better)
+
+
 def polish(solutions, max_moves: int = 100_000):
-    """``solutions`` (TSP) with every tour 2-opt polished on its instance's distances in reported
-    units; lengths recomputed by the data's checker (``Dataset.reported_length``), ``seconds`` the
-    polish's own time, ``decode`` named ``<decode> + 2-opt``."""
+    """``solutions`` with every solution polished: TSP tours by 2-opt on the instance's distances in
+    reported units (at most ``max_moves`` moves each), the others by ``local_search``. Costs are
+    recomputed by the data's checker (``Dataset.reported_length``; a CVRP solution is validated
+    first), and a polished solution that is not cheaper keeps the decoded one; ``seconds`` is the
+    polish's own time, ``decode`` named ``<decode> + 2-opt`` or ``<decode> + local search``."""
+    from ppoor.search.solutions import validate_tour
+
     start = time.perf_counter()
     tours, lengths = [], []
-    for group, i, tour, _ in solutions.items():
-        if group.problem != "tsp":
-            raise ValueError(f"the 2-opt polish is for TSP tours, not {group.problem.upper()}")
-        better = two_opt(group.distance_matrix(i), tour, max_moves)
-        tours.append(better)
-        lengths.append(group.reported_length(i, better))
+    for group, i, tour, length in solutions.items():
+        if group.problem == "tsp":
+            better = two_opt(group.distance_matrix(i), tour, max_moves)
+        else:
+            better = local_search(group, i, tour)
+            if group.problem == "cvrp":  # (the cost of the other problems validates the solution)
+                validate_tour("cvrp", better, group.num_nodes, group.instances["demand"][i])
+        cost = group.reported_length(i, better)
+        keep = group.problem != "tsp" and cost >= length
+        tours.append(tour if keep else better)
+        lengths.append(length if keep else cost)
+    name = "2-opt" if all(group.problem == "tsp" for group in solutions.groups) else "local search"
     return replace(
         solutions,
         tours=tours,
         lengths=np.asarray(lengths, dtype=np.float64),
         seconds=time.perf_counter() - start,
-        decode=f"{solutions.decode} + 2-opt",
+        decode=f"{solutions.decode} + {name}",
     )

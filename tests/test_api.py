@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from checks import check_cvrp_actions, check_tsp_actions
+from checks import check_cvrp_actions, check_tsp_actions, check_vrp_actions
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from ppoor.data.datasets import DataError
@@ -236,5 +236,33 @@ def test_polish_is_its_own_row_and_its_lengths_are_checked(tsp):
     assert polished.lengths.mean() < decoded.lengths.mean()  # greedy TSP30 tours leave 2-opt moves
     for tour, length, points in zip(polished.tours, polished.lengths, coords, strict=True):
         assert check_tsp_actions([*tour, tour[0]], points) == pytest.approx(length, rel=1e-9)
-    with pytest.raises(ValueError, match="2-opt polish is for TSP tours"):
-        polish(ppoor.Model("cvrp20").solve("test", num_instances=1))
+    with pytest.raises(ValueError, match="PyVRP models CVRP, the VRP variants, MRCVRP and PCVRP, not PDP"):
+        polish(ppoor.Model("families/pdp20").solve("test", num_instances=1))
+
+
+@settings(max_examples=4, deadline=None)
+@given(count=st.integers(1, 3), nodes=st.integers(3, 25), capacity=st.integers(10, 40), seed=st.integers(0, 2**16))
+def test_the_vrp_polish_is_feasible_and_never_costlier(cvrp, count, nodes, capacity, seed):
+    """PyVRP's local search on decoded CVRP routes (from a dict, so capacities of any size) and on
+    decoded VRPTW / open-route / backhaul routes (RouteFinder's generator): every polished solution
+    passes the tests' own checkers at the cost reported, and none costs more than the decoded one."""
+    from ppoor.search.polish import polish
+
+    rng = np.random.default_rng(seed)
+    data = {"depot": rng.random((count, 2)), "coords": rng.random((count, nodes, 2)),
+            "demand": rng.integers(1, 10, (count, nodes)), "capacity": capacity}  # fmt: skip
+    decoded = cvrp.solve(data)
+    polished = polish(decoded)
+    assert polished.decode == "greedy + local search"
+    assert (polished.lengths <= decoded.lengths + 1e-9).all()
+    for b, (tour, length) in enumerate(zip(polished.tours, polished.lengths, strict=True)):
+        cost = check_cvrp_actions(tour, data["depot"][b], data["coords"][b], data["demand"][b], capacity)
+        assert cost == pytest.approx(length, rel=1e-6)
+    vrp = ppoor.Model("mtvrp20")
+    for variant in ("vrptw", "ovrpb", "vrpmbl"):
+        decoded = vrp.solve("test", variant=variant, num_instances=count, num_nodes=nodes if nodes >= 5 else 5)
+        polished = polish(decoded)
+        assert (polished.lengths <= decoded.lengths + 1e-9).all()
+        for (group, i, tour, length) in polished.items():
+            instance = {key: value[i] for key, value in group.instances.items()}
+            assert check_vrp_actions(tour, instance) == pytest.approx(length, rel=1e-6), variant

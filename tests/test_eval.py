@@ -366,7 +366,7 @@ def test_malformed_cvrplib_files_fail_with_one_line(tmp_path, old, new):
 
 def test_polish_prints_its_own_row_and_writes_its_tours(tmp_path, small_checkpoints, capsys):
     """eval.py --polish: the decoded row and the 2-opt row, both in the JSON; the polished tours are
-    valid tours never longer than the decoded ones; a CVRP model is refused before decoding."""
+    valid tours never longer than the decoded ones; a PDP model (no polish) is refused before decoding."""
     result = run(tmp_path, "--checkpoint", str(small_checkpoints["tsp"]), "--num-instances", "12", "--polish")
     out = capsys.readouterr().out
     assert "greedy + 2-opt" in out
@@ -375,5 +375,5 @@ def test_polish_prints_its_own_row_and_writes_its_tours(tmp_path, small_checkpoi
     for i, (tour, length) in enumerate(zip(polished["tours"], polished["lengths"], strict=True)):
         assert length == pytest.approx(check_tsp_actions(tour + tour[:1], data["coords"][i]), abs=1e-9)
         assert length <= result["lengths"][i] + 1e-9
-    with pytest.raises(SystemExit, match="--polish .2-opt. polishes TSP tours"):
-        run(tmp_path, "--checkpoint", str(small_checkpoints["cvrp"]), "--num-instances", "2", "--polish")
+    with pytest.raises(SystemExit, match="--polish polishes TSP, CVRP, MTVRP, MRCVRP, PCVRP solutions; this is a PDP"):
+        run(tmp_path, "--checkpoint", "families/pdp20", "--num-instances", "2", "--polish")
