@@ -1,7 +1,8 @@
 """Evaluation throughput: instances per second for TSP and CVRP (50 nodes by default) on one thread.
 
-For greedy, multi-greedy (one start per node), greedy x8 augmentation and multi-greedy x8 (8 x n
-trajectories per instance), at each of --num-nodes, our cached decoder against re-encoding at every step (the way the paper's original
+For greedy, multi-greedy (one start per node), greedy x8 augmentation, multi-greedy x8 (8 x n
+trajectories per instance) and beam search of width --beam-width (RL4CO's beam_search beside it: W
+distinct starts, then one beam of W; ours searches the first step too), at each of --num-nodes, our cached decoder against re-encoding at every step (the way the paper's original
 evaluation runs) and against RL4CO's Attention Model policy (same architecture, untrained, the same
 instances, batch size, thread and trajectories per instance; ``pip install -r
 requirements-bench.txt``; left out with a note where RL4CO is not installed), all measured in this
@@ -30,33 +31,35 @@ from ppoor.models import Agent  # noqa: E402
 from ppoor.search import decode  # noqa: E402
 from ppoor.training.runtime import keep_freed_memory  # noqa: E402
 
-SETTINGS = [("greedy", 1), ("multi-greedy", 1), ("greedy", 8), ("multi-greedy", 8)]
+SETTINGS = [("greedy", 1), ("multi-greedy", 1), ("greedy", 8), ("multi-greedy", 8), ("beam", 1)]
 
 
-def rate(agent, data, mode, copies, batch_size, reencode, repeats):
-    """Instances/s of ``decode``: the median of ``repeats`` timed runs after a warm-up on 2 instances."""
-    decode(agent, {k: v[:2] for k, v in data.items()}, mode, augment_copies=copies, reencode=reencode)
+def rate(agent, data, mode, copies, batch_size, reencode, repeats, width=4):
+    """Instances/s of ``decode``: the median of ``repeats`` timed runs after a warm-up on 2 instances
+    (``width``: the beam's)."""
+    options = {"augment_copies": copies, "reencode": reencode, "beam_width": width}
+    decode(agent, {k: v[:2] for k, v in data.items()}, mode, **options)
     rates = []
     for _ in range(repeats):
         start = time.perf_counter()
-        decode(agent, data, mode, augment_copies=copies, batch_size=batch_size, reencode=reencode)
+        decode(agent, data, mode, batch_size=batch_size, **options)
         rates.append(len(data["coords"]) / (time.perf_counter() - start))
     return float(np.median(rates))
 
 
-def rl4co_rate(problem, data, mode, copies, batch_size, repeats):
+def rl4co_rate(problem, data, mode, copies, batch_size, repeats, width=4):
     """Instances/s of RL4CO's decoding of the same instances (median of ``repeats``), None without RL4CO."""
     try:
         from rl4co_peer import rl4co_decode, rl4co_policy
     except ImportError:
         return None
     env, policy = rl4co_policy(problem, data["coords"].shape[1])
-    multi = mode == "multi-greedy"
-    rl4co_decode(policy, env, {k: v[:2] for k, v in data.items()}, multi, copies, batch_size, problem)
+    multi, beam = mode == "multi-greedy", width if mode == "beam" else None
+    rl4co_decode(policy, env, {k: v[:2] for k, v in data.items()}, multi, copies, batch_size, problem, beam)
     rates = []
     for _ in range(repeats):
         start = time.perf_counter()
-        rl4co_decode(policy, env, data, multi, copies, batch_size, problem)
+        rl4co_decode(policy, env, data, multi, copies, batch_size, problem, beam)
         rates.append(len(data["coords"]) / (time.perf_counter() - start))
     return float(np.median(rates))
 
@@ -68,9 +71,12 @@ def main():
     parser.add_argument("--batch-size", type=int, default=250)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per figure (the median is printed)")
     parser.add_argument("--num-nodes", type=int, nargs="+", default=[50], help="sizes (Kool's: 20, 50, 100)")
+    parser.add_argument("--beam-width", type=int, default=16, help="the beam search's width (at least 2, as RL4CO's)")
     args = parser.parse_args()
     if any(n not in (20, 50, 100) for n in args.num_nodes):
         sys.exit(f"error: --num-nodes takes Kool's sizes 20, 50 and 100, got {args.num_nodes}")
+    if args.beam_width < 2:
+        sys.exit(f"error: --beam-width must be at least 2 (RL4CO's beam search needs it), got {args.beam_width}")
     if min(args.instances, args.baseline_instances, args.batch_size, args.repeats) < 1:
         sys.exit("error: --instances, --baseline-instances, --batch-size and --repeats must be at least 1")
     torch.set_num_threads(1)
@@ -82,11 +88,14 @@ def main():
         data = kool_dataset(problem, nodes, "test", args.instances)
         small = {k: v[: args.baseline_instances] for k, v in data.items()}
         for mode, copies in SETTINGS:
-            name = mode + (f" x{copies}" if copies > 1 else "")
-            cached = rate(agent, data, mode, copies, args.batch_size, False, args.repeats)
-            reencoded = rate(agent, small, mode, copies, args.batch_size, True, 1)
-            line = f"{problem.upper()}{nodes} {name:<16}: cached {cached:8.1f}/s, re-encoding {reencoded:7.1f}/s, ratio {cached / reencoded:5.1f}x"
-            peer = rl4co_rate(problem, data, mode, copies, args.batch_size, args.repeats)
+            name = mode + (f" x{copies}" if copies > 1 else "") + (f" W={args.beam_width}" if mode == "beam" else "")
+            cached = rate(agent, data, mode, copies, args.batch_size, False, args.repeats, args.beam_width)
+            if mode == "beam":  # (beam search always decodes from the cache)
+                line = f"{problem.upper()}{nodes} {name:<16}: cached {cached:8.1f}/s"
+            else:
+                reencoded = rate(agent, small, mode, copies, args.batch_size, True, 1)
+                line = f"{problem.upper()}{nodes} {name:<16}: cached {cached:8.1f}/s, re-encoding {reencoded:7.1f}/s, ratio {cached / reencoded:5.1f}x"
+            peer = rl4co_rate(problem, data, mode, copies, args.batch_size, args.repeats, args.beam_width)
             line += f"; RL4CO {peer:7.1f}/s ({cached / peer:.1f}x)" if peer else "; RL4CO not installed"
             if problem == "tsp" and nodes == 50 and name == "multi-greedy":
                 line += f"; original RLOR eval: 12.7/s ({cached / 12.7:.1f}x)"

@@ -81,11 +81,19 @@ def rl4co_policy(problem: str, num_nodes: int):
 
 @torch.no_grad()
 def rl4co_decode(
-    policy, env, instances: dict, multi: bool, copies: int, batch_size: int = 100, problem: str = "mtvrp"
+    policy,
+    env,
+    instances: dict,
+    multi: bool,
+    copies: int,
+    batch_size: int = 100,
+    problem: str = "mtvrp",
+    beam_width: int | None = None,
 ) -> list[np.ndarray]:
     """The best tour per instance of RL4CO's decoding: greedy (``multi`` False) or POMO's multi-start
     greedy from every node (TSP) or customer, over ``copies`` dihedral augmentations (1 or 8), in
-    batches; as our actions."""
+    batches; as our actions. ``beam_width``: RL4CO's beam search instead (W distinct start nodes,
+    then one beam of W; the best of its W solutions), without augmentation."""
     from rl4co.data.transforms import StateAugmentation
     from rl4co.utils.ops import unbatchify
 
@@ -97,7 +105,10 @@ def rl4co_decode(
         td = env.reset(rl4co_instances(problem, part))
         if augment is not None:
             td = augment(td)
-        out = policy(td, env, decode_type="multistart_greedy" if multi else "greedy", num_starts=n if multi else 0)
+        if beam_width:
+            out = policy(td, env, decode_type="beam_search", beam_width=beam_width)  # the best beam per instance
+        else:
+            out = policy(td, env, decode_type="multistart_greedy" if multi else "greedy", num_starts=n if multi else 0)
         shape = (copies, n) if multi and copies > 1 else n if multi else copies
         reward = unbatchify(out["reward"], shape).reshape(len(part["coords"]), -1)
         actions = unbatchify(out["actions"], shape).reshape(len(part["coords"]), reward.shape[1], -1)
