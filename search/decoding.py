@@ -118,6 +118,20 @@ def filter_logits(
     return logits
 
 
+def open_env(agent: Agent, instances: dict, n_traj: int) -> tuple:
+    """The problem's vector env on ``instances`` (static arrays [M, ...]) with ``n_traj``
+    trajectories each, reset: (env, first observation, the state wrapper on the agent's device, the
+    static tensors)."""
+    problem = agent.problem
+    num_envs, num_nodes = instances["coords"].shape[:2]
+    env = VECTOR_ENVS[problem](
+        num_envs=num_envs, num_nodes=num_nodes, n_traj=n_traj, **instance_kwargs(problem, instances)
+    )
+    obs, _ = env.reset(options=instances)
+    wrapper = StateWrapper(problem, next(agent.parameters()).device)
+    return env, obs, wrapper, wrapper.static(obs)
+
+
 @torch.no_grad()
 def rollout(
     agent: Agent,
@@ -139,15 +153,8 @@ def rollout(
     Returns actions [M, N, T], lengths [M, N] (minus the summed rewards: the costs) and the number of steps of
     each trajectory [M, N].
     """
-    problem = agent.problem
-    device = next(agent.parameters()).device
-    num_envs, num_nodes = instances["coords"].shape[:2]
-    env = VECTOR_ENVS[problem](
-        num_envs=num_envs, num_nodes=num_nodes, n_traj=n_traj, **instance_kwargs(problem, instances)
-    )
-    obs, _ = env.reset(options=instances)
-    wrapper = StateWrapper(problem, device)
-    static = wrapper.static(obs)
+    problem, num_envs = agent.problem, instances["coords"].shape[0]
+    env, obs, wrapper, static = open_env(agent, instances, n_traj)
     cache = None if reencode else agent.encode(static)
     actions, lengths = [], np.zeros((num_envs, n_traj))
     steps = np.zeros((num_envs, n_traj), dtype=np.int64)
@@ -192,17 +199,11 @@ def beam_rollout(
     finished solution competes on with its final score (its only allowed action costs nothing).
     A step where every trajectory has a single allowed action is taken without the model.
     Returns, as ``rollout`` does, actions [M, N, T], lengths [M, N] and steps [M, N]."""
-    problem = agent.problem
+    problem, num_envs = agent.problem, instances["coords"].shape[0]
     device = next(agent.parameters()).device
-    num_envs, num_nodes = instances["coords"].shape[:2]
     beams = num_starts or 1
     n_traj = beams * width
-    env = VECTOR_ENVS[problem](
-        num_envs=num_envs, num_nodes=num_nodes, n_traj=n_traj, **instance_kwargs(problem, instances)
-    )
-    obs, _ = env.reset(options=instances)
-    wrapper = StateWrapper(problem, device)
-    static = wrapper.static(obs)
+    env, obs, wrapper, static = open_env(agent, instances, n_traj)
     cache = agent.encode(static)
     score = torch.full((num_envs, beams, width), float("-inf"), device=device)
     score[..., 0] = 0.0  # the slots of a beam are copies until its first choice

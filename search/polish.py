@@ -17,6 +17,8 @@ import time
 from dataclasses import replace
 
 import numpy as np
+from ppoor.data.references import depot_actions, pyvrp, pyvrp_model, vrp_actions
+from ppoor.search.solutions import validate_tour
 
 EPS = 1e-9  # a move must shorten the tour by more than this
 POLISHED = ("tsp", "cvrp", "mtvrp", "mrcvrp", "pcvrp")  # the problems ``polish`` takes
@@ -67,8 +69,6 @@ def local_search(dataset, index: int, tour: np.ndarray, seed: int = 0) -> np.nda
     """PyVRP's local search from ``tour`` (actions) of instance ``index`` of ``dataset`` (CVRP, a VRP
     variant, MRCVRP or PCVRP) to a local optimum of all its operators; the actions of the result,
     or ``tour`` itself where the result is not feasible."""
-    from ppoor.data.references import depot_actions, pyvrp, pyvrp_model, vrp_actions
-
     vrp = pyvrp()
     model, k = pyvrp_model(dataset, index)
     data = model.data()
@@ -91,8 +91,6 @@ def polish(solutions, max_moves: int = 100_000):
     recomputed by the data's checker (``Dataset.reported_length``; a CVRP solution is validated
     first), and a polished solution that is not cheaper keeps the decoded one; ``seconds`` is the
     polish's own time, ``decode`` named ``<decode> + 2-opt`` or ``<decode> + local search``."""
-    from ppoor.search.solutions import validate_tour
-
     start = time.perf_counter()
     tours, lengths = [], []
     for group, i, tour, length in solutions.items():
