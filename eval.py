@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import tyro
 from ppoor.data.datasets import SHIPPED, STANDARD_SETS, DataError
+from ppoor.data.references import pyvrp
 from ppoor.data.solution_files import write_solution
 from ppoor.envs import ENV_VARIANTS, VECTOR_ENVS
 from ppoor.envs.vrp import MIXES, VARIANTS
@@ -198,6 +199,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
                 f"--polish polishes {', '.join(p.upper() for p in POLISHED)} solutions; this is a "
                 f"{model.problem.upper()} model"
             )
+        if args.polish and model.problem != "tsp":
+            pyvrp()  # the local search's solver, before any decoding (an ImportError that says how to install it)
         total = args.num_instances if args.data in STANDARD_SETS and args.num_instances else None
         with tqdm(total=total, desc=f"{args.decode} x{args.augment}", unit="inst", disable=None) as progress:
             solutions = model.solve(

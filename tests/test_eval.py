@@ -377,3 +377,11 @@ def test_polish_prints_its_own_row_and_writes_its_tours(tmp_path, small_checkpoi
         assert length <= result["lengths"][i] + 1e-9
     with pytest.raises(SystemExit, match="--polish polishes TSP, CVRP, MTVRP, MRCVRP, PCVRP solutions; this is a PDP"):
         run(tmp_path, "--checkpoint", "families/pdp20", "--num-instances", "2", "--polish")
+
+
+def test_the_vrp_polish_without_pyvrp_fails_in_one_line_before_decoding(small_checkpoints, monkeypatch):
+    """The installed wheel without PyVRP printed a traceback after decoding; now one line, first."""
+    monkeypatch.setitem(sys.modules, "pyvrp", None)  # import pyvrp raises ImportError
+    message = fails("--checkpoint", str(small_checkpoints["cvrp"]), "--num-instances", "2", "--polish")
+    assert message.startswith("error: PyVRP is needed here") and "pip install pyvrp" in message
+    assert "\n" not in message
