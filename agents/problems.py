@@ -9,6 +9,13 @@ A problem is one JSON file (``data/rlea_problems/<name>.json``)::
     description   the task in words: objective, every constraint, units, the instance's keys
     instance      plain values: distance [n][n] ints, depots, num_vehicles, vehicle_depots, and one key
                   or two per family (demand, capacity, time_windows, ...)
+                  optional settings: "objective" ("distance", the default, or "time": distance plus
+                  the service times of the visited customers), "depot_window" ("day", the default:
+                  leave after the depot's window opens and return before it closes; or "departure":
+                  the window bounds the departure only) and "max_route_duration" (any problem: a
+                  bound on each route's return, or last service when open, minus its departure,
+                  the departure as late as the windows allow; required with service times and no
+                  windows)
     reference     {"objective", "routes", "solver", "optimal"}: the best known answer
     probe         optional {"instance", "reference"}: a second instance where each constraint binds;
                   without one, programs are also judged on the instance with its customers renumbered
@@ -203,6 +210,7 @@ def describe(families: list[str], instance: dict) -> str:
     fams = set(families)
     n, depots = len(instance["distance"]), instance["depots"]
     k = instance["num_vehicles"]
+    time_objective = instance.get("objective") == "time" and "service_time" in fams
     lines = []
     if "tsp" in fams:
         lines.append(
@@ -229,10 +237,14 @@ def describe(families: list[str], instance: dict) -> str:
     if "prize" in fams:
         lines.append(
             "Visiting a customer is optional, but each customer left unvisited costs its penalty "
-            "instance['penalty'][i]. Minimise the total distance travelled plus the penalties of the unvisited customers."
+            "instance['penalty'][i]. Minimise the total "
+            + ("time (driving plus service)" if time_objective else "distance travelled")
+            + " plus the penalties of the unvisited customers."
         )
     else:
-        lines.append("Every customer must be visited exactly once. Minimise the total distance travelled by all vehicles.")
+        lines.append("Every customer must be visited exactly once. " + (
+            "Minimise the total time of all vehicles: driving plus service (waiting is not counted)."
+            if time_objective else "Minimise the total distance travelled by all vehicles."))
     if "capacity" in fams and "pickup_delivery" not in fams:
         lines.append(
             "Capacity: customer i needs instance['demand'][i] units of goods; the goods delivered on one route "
@@ -268,8 +280,18 @@ def describe(families: list[str], instance: dict) -> str:
     if "time_windows" in fams:
         lines.append(
             "Time windows: service at node i must start within instance['time_windows'][i] = [earliest, latest] "
-            "(minutes); a vehicle arriving early waits until earliest. Vehicles leave the depot at or after its "
-            "window opens" + ("." if "open" in fams else " and must be back before it closes.")
+            "(minutes); a vehicle arriving early waits until earliest. Vehicles leave the depot "
+            + ("within its window (any time in it); the return is not bound by it."
+               if instance.get("depot_window") == "departure"
+               else "at or after its window opens" + ("." if "open" in fams else " and must be back before it closes."))
+        )
+    if "max_route_duration" in instance and ("time_windows" in fams or "service_time" not in fams):
+        lines.append(
+            "Duration limit: each route may last at most instance['max_route_duration'] minutes, from its departure "
+            "to its " + ("last service's end" if "open" in fams else "return to the depot")
+            + " (driving, service and waiting all count"
+            + ("; the departure may be delayed within the depot's window to wait less)." if "time_windows" in fams
+               else ").")
         )
     lines.append(
         "Return the objective value and, for each vehicle k, the list of nodes of its route in order, starting at "
@@ -297,7 +319,7 @@ def relax(families: list[str], instance: dict, family: str) -> tuple[list[str], 
             if key in inst:
                 inst[key] = [0 if i in instance["depots"][1:] else v for i, v in enumerate(inst[key])]
     if family == "time_windows" and "service_time" in fams:  # service times, but no end to the day
-        inst["max_route_duration"] = sum(map(sum, inst["distance"])) + sum(inst["service_time"])
+        inst.setdefault("max_route_duration", sum(map(sum, inst["distance"])) + sum(inst["service_time"]))
     if family == "capacity" and "pickup_delivery" in fams:
         fams.remove("pickup_delivery")
     if family == "pickup_delivery" and "capacity" in fams:
@@ -419,7 +441,9 @@ FAMILY_KEYS = {
 }
 """The keys each family's instance must hold, and their kinds (ints: one int per node; fleet: one
 int for every vehicle, or a list of one per vehicle)."""
-ZERO_AT_DEPOTS = ("demand", "volume")
+SETTINGS = {"objective": ("distance", "time"), "depot_window": ("day", "departure")}
+"""The instance's optional settings and their values (the first is the default)."""
+ZERO_AT_DEPOTS = ("demand", "volume", "service_time")
 """Per-node keys a depot must hold 0 in (a depot's demand is refused, never silently ignored)."""
 
 
@@ -447,6 +471,11 @@ def instance_error(instance, families: list[str]) -> str | None:
     needed = {key: (kind, family) for family in families for key, kind in FAMILY_KEYS.get(family, {}).items()}
     if "service_time" in families and "time_windows" not in families:
         needed["max_route_duration"] = ("int", "service_time")
+    elif "max_route_duration" in instance:
+        needed["max_route_duration"] = ("int", "duration limit")
+    for key, allowed in SETTINGS.items():
+        if key in instance and instance[key] not in allowed:
+            return f"instance['{key}'] must be one of {', '.join(map(repr, allowed))}, got {instance[key]!r:.40}"
     for key, (kind, family) in needed.items():
         value = instance.get(key)
         if key not in instance:

@@ -100,10 +100,14 @@ def solve_routing(instance: dict, fams: set[str], seconds: float, strategy: str,
     def node_callback(values):
         return routing.RegisterUnaryTransitCallback(lambda index: values[manager.IndexToNode(index)])
 
+    service = instance["service_time"] if "service_time" in fams else [0] * n
     distance_cb = routing.RegisterTransitCallback(
         lambda a, b: arc(manager.IndexToNode(a), manager.IndexToNode(b))
     )
-    routing.SetArcCostEvaluatorOfAllVehicles(distance_cb)
+    time_cb = routing.RegisterTransitCallback(  # leaving a node takes its service, then the drive
+        lambda a, b: service[manager.IndexToNode(a)] + arc(manager.IndexToNode(a), manager.IndexToNode(b))
+    )
+    routing.SetArcCostEvaluatorOfAllVehicles(time_cb if instance.get("objective") == "time" else distance_cb)
     if "capacity" in fams:
         # cumuls lie in 0..capacity: with pickups (+q) and deliveries (-q) the load never goes negative
         routing.AddDimensionWithVehicleCapacity(
@@ -115,26 +119,26 @@ def solve_routing(instance: dict, fams: set[str], seconds: float, strategy: str,
         )
     limit = instance["max_route_distance"] if "distance_limit" in fams else sum(map(sum, d))
     routing.AddDimension(distance_cb, 0, limit, True, "distance")
-    if "time_windows" in fams or "service_time" in fams:
-        service = instance["service_time"] if "service_time" in fams else [0] * n
+    if "time_windows" in fams or "service_time" in fams or "max_route_duration" in instance:
         windows = instance["time_windows"] if "time_windows" in fams else None
-        horizon = max(w[1] for w in windows) if windows else instance["max_route_duration"]
-        time_cb = routing.RegisterTransitCallback(
-            lambda a, b: service[manager.IndexToNode(a)] + arc(manager.IndexToNode(a), manager.IndexToNode(b))
-        )
+        duration = instance.get("max_route_duration")
+        free_return = instance.get("depot_window") == "departure"
+        horizon = (max(w[1] for w in windows) if windows else 0) + sum(map(max, d)) + sum(service)
         routing.AddDimension(time_cb, horizon if windows else 0, horizon, False, "time")
         time = routing.GetDimensionOrDie("time")
+        for v in range(vehicles):
+            if duration is not None:  # the span: end minus a departure free within the window
+                time.SetSpanUpperBoundForVehicle(duration, v)
+            if windows:
+                time.CumulVar(routing.Start(v)).SetRange(*windows[starts[v]])
+                if closed and not free_return:
+                    time.CumulVar(routing.End(v)).SetRange(*windows[starts[v]])
+            else:
+                time.CumulVar(routing.Start(v)).SetValue(0)
         if windows:
             for i in range(n):
                 if i not in depots:
                     time.CumulVar(manager.NodeToIndex(i)).SetRange(*windows[i])
-            for v in range(vehicles):
-                time.CumulVar(routing.Start(v)).SetRange(*windows[starts[v]])
-                if closed:
-                    time.CumulVar(routing.End(v)).SetRange(*windows[starts[v]])
-        else:
-            for v in range(vehicles):
-                time.CumulVar(routing.Start(v)).SetValue(0)
     if "pickup_delivery" in fams:
         order = routing.GetDimensionOrDie("distance")
         solver = routing.solver()

@@ -6,6 +6,12 @@ reference solver (``agents/reference.py``, OR-Tools) nor with any generated prog
 list of node indices: vehicle k's route starts at its depot (``instance["vehicle_depots"][k]``),
 visits customers, and returns to that depot unless the problem has open routes; an unused vehicle's
 route is empty (``[]``, ``[d]`` or ``[d, d]`` also read as unused).
+
+Three instance settings change the semantics where present (``agents/problems.py`` lists them):
+``objective`` "time" adds the service times of the visited customers to the distance;
+``depot_window`` "departure" makes a depot's time window bound the departure only (the return is
+free); ``max_route_duration`` bounds every route's duration, its return (or last service, for open
+routes) minus its departure, the departure chosen as late as the time windows allow.
 """
 
 from __future__ import annotations
@@ -109,6 +115,8 @@ def check_answer(instance: dict, families: list[str], routes, reported) -> Verdi
         route = [depots[k], *inner] + ([depots[k]] if closed else [])
         length = route_distance(d, route)
         objective += length
+        if instance.get("objective") == "time" and "service_time" in fams:
+            objective += sum(instance["service_time"][v] for v in inner)
         problems += route_constraints(instance, fams, k, route, inner, length)
     if "prize" in fams:
         objective += sum(instance["penalty"][i] for i in missing)
@@ -159,7 +167,7 @@ def route_constraints(
             problems.append(f"route {k}: volume {volume} exceeds the volume capacity {capacity}")
     if "distance_limit" in fams and length > instance["max_route_distance"]:
         problems.append(f"route {k}: distance {length} exceeds the limit {instance['max_route_distance']}")
-    if "time_windows" in fams or "service_time" in fams:
+    if "time_windows" in fams or "service_time" in fams or "max_route_duration" in instance:
         problems += schedule_problems(instance, fams, k, route)
     return problems
 
@@ -170,21 +178,64 @@ def vehicle_value(value, k: int):
 
 
 def schedule_problems(instance: dict, fams: set[str], k: int, route: list[int]) -> list[str]:
-    """Simulate the route in time: travel time equals distance, service starts on arrival or at the
-    window's opening, whichever is later, and must start by the window's close."""
-    d = instance["distance"]
-    service = instance["service_time"] if "service_time" in fams else [0] * len(d)
+    """The time violations of vehicle k's ``route``: travel time equals distance, service starts on
+    arrival or at the window's opening, whichever is later, and must start by the window's close;
+    the route's duration (departure as late as ``latest_departure`` finds) stays within
+    ``max_route_duration`` if given."""
     windows = instance["time_windows"] if "time_windows" in fams else None
-    t = windows[route[0]][0] if windows else 0
-    for a, b in zip(route, route[1:], strict=False):
-        t += service[a] + d[a][b]
-        if windows:
-            t = max(t, windows[b][0])
-            if t > windows[b][1]:
-                what = "returns to depot" if b == route[0] else "starts serving"
-                return [f"route {k} {what} {b} at time {t}, after its window closes at {windows[b][1]}"]
-    if route[-1] != route[0]:
-        t += service[route[-1]]  # an open route ends when its last service ends
-    if windows is None and t > instance["max_route_duration"]:
-        return [f"route {k} ends at time {t}, after the duration limit {instance['max_route_duration']}"]
+    if windows is None:
+        start = 0
+    else:
+        start = latest_departure(instance, fams, route)
+        if start is None:
+            _, late = simulate(instance, fams, route, windows[route[0]][0])
+            node, t = late
+            what = "returns to depot" if node == route[0] else "starts serving"
+            return [f"route {k} {what} {node} at time {t}, after its window closes at {windows[node][1]}"]
+    limit = instance.get("max_route_duration")
+    if limit is not None:
+        end, _ = simulate(instance, fams, route, start)
+        if end - start > limit:
+            return [f"route {k} lasts {end - start} (from its departure at {start} to its end at {end}), more "
+                    f"than the duration limit {limit}"]
     return []
+
+
+def simulate(instance: dict, fams: set[str], route: list[int], departure: int) -> tuple[int, tuple | None]:
+    """Drive ``route`` leaving its depot at ``departure``: (the time it ends, the first (node, time)
+    whose service would start after its window closes, or None). A closed route ends on its return
+    to the depot, an open one when its last service ends. The return must fall within the depot's
+    window unless ``instance['depot_window']`` is "departure"."""
+    d = instance["distance"]
+    service = instance["service_time"] if "service_time" in fams else None
+    windows = instance["time_windows"] if "time_windows" in fams else None
+    back_free = instance.get("depot_window") == "departure"
+    t, late = departure, None
+    for position, (a, b) in enumerate(zip(route, route[1:], strict=False), start=1):
+        t += (service[a] if service else 0) + d[a][b]
+        returning = position == len(route) - 1 and b == route[0]
+        if windows and not (returning and back_free):
+            t = max(t, windows[b][0])
+            if t > windows[b][1] and late is None:
+                late = (b, t)
+    if route[-1] != route[0] and service:
+        t += service[route[-1]]  # an open route ends when its last service ends
+    return t, late
+
+
+def latest_departure(instance: dict, fams: set[str], route: list[int]) -> int | None:
+    """The latest departure within the depot's window from which ``route`` meets every window, or
+    None when none does. Every service start is non-decreasing in the departure, so the feasible
+    departures form an interval from the window's opening: its end is found by bisection (integer
+    data, integer times). The latest departure gives the shortest duration: the end is the larger of
+    departure + driving and service, and a fixed time set by some window's opening."""
+    earliest, latest = instance["time_windows"][route[0]]
+    if simulate(instance, fams, route, earliest)[1] is not None:
+        return None
+    while earliest < latest:  # invariant: departing at earliest meets every window
+        middle = (earliest + latest + 1) // 2
+        if simulate(instance, fams, route, middle)[1] is None:
+            earliest = middle
+        else:
+            latest = middle - 1
+    return earliest

@@ -155,7 +155,7 @@ def test_a_valid_answer_passes_and_the_objective_is_recomputed():
         (["open"], {}, [[0, 4, 3, 2, 1, 0], []], None),  # a closed route read as open: valid, the return not counted
         (["distance_limit"], {"max_route_distance": 6}, [[0, 4, 3, 0], [0, 1, 2, 0]], "exceeds the limit"),
         (["service_time"], {"service_time": [0, 5, 5, 5, 5], "max_route_duration": 15}, [[0, 1, 2, 3, 0], [0, 4, 0]],
-         "after the duration limit"),
+         "than the duration limit"),
         (["time_windows"], {"time_windows": [[0, 100], [0, 100], [0, 100], [0, 2], [0, 100]]},
          [[0, 1, 2, 3, 4, 0], []], "window closes"),
         (["resources"], {"volume": [0, 5, 5, 1, 1], "volume_capacity": 9}, [[0, 1, 2, 0], [0, 3, 4, 0]], "volume capacity"),
