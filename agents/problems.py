@@ -14,8 +14,7 @@ A problem is one JSON file (``data/rlea_problems/<name>.json``)::
                   leave after the depot's window opens and return before it closes; or "departure":
                   the window bounds the departure only) and "max_route_duration" (any problem: a
                   bound on each route's return, or last service when open, minus its departure,
-                  the departure as late as the windows allow; required with service times and no
-                  windows)
+                  the departure as late as the windows allow)
     reference     {"objective", "routes", "solver", "optimal"}: the best known answer
     probe         optional {"instance", "reference"}: a second instance where each constraint binds;
                   without one, programs are also judged on the instance with its customers renumbered
@@ -221,7 +220,8 @@ def describe(families: list[str], instance: dict) -> str:
             f"A fleet of {k} vehicles serves customers from {len(depots)} depots (nodes {depots}). Vehicle k is "
             "based at depot instance['vehicle_depots'][k]: it starts there and "
             + ("does not need to come back (open routes)." if "open" in fams else "must return there.")
-            + f" Customers are the nodes {len(depots)}..{n - 1}; a depot is never visited as a customer."
+            + (f" Customers are the nodes {len(depots)}..{n - 1}" if depots == list(range(len(depots)))
+               else " Customers are the other nodes") + "; a depot is never visited as a customer."
         )
     else:
         lines.append(
@@ -253,9 +253,10 @@ def describe(families: list[str], instance: dict) -> str:
     if "pickup_delivery" in fams:
         lines.append(
             "Pickup and delivery: each pair [p, d] of instance['pickup_delivery_pairs'] is a load picked up at "
-            "node p and delivered to node d by the same vehicle, p before d. instance['demand'][p] > 0 is the load "
-            "picked up, instance['demand'][d] = -instance['demand'][p]; vehicles leave the depot empty and the load "
-            f"on board must never exceed {fleet_text(instance, 'capacity')} units."
+            "node p and delivered to node d by the same vehicle, p before d."
+            + (" instance['demand'][p] > 0 is the load picked up, instance['demand'][d] = -instance['demand'][p]; "
+               "vehicles leave the depot empty and the load on board must never exceed "
+               f"{fleet_text(instance, 'capacity')} units." if "capacity" in fams else "")
         )
     if "resources" in fams:
         lines.append(
@@ -271,7 +272,7 @@ def describe(families: list[str], instance: dict) -> str:
         lines.append(
             "Service time: serving customer i takes instance['service_time'][i] minutes, during which the vehicle stays there."
         )
-        if "time_windows" not in fams:
+        if "time_windows" not in fams and "max_route_duration" in instance:
             lines.append(
                 "Working day: a route starts at time 0 and must end (back at the depot"
                 + (", or at the end of the last service for open routes" if "open" in fams else "")
@@ -469,9 +470,7 @@ def instance_error(instance, families: list[str]) -> str | None:
     if missing := sorted({v for v in starts if v not in depots}, key=str):
         return f"instance['depots'] {depots} lacks {missing}, depots of vehicles in instance['vehicle_depots']"
     needed = {key: (kind, family) for family in families for key, kind in FAMILY_KEYS.get(family, {}).items()}
-    if "service_time" in families and "time_windows" not in families:
-        needed["max_route_duration"] = ("int", "service_time")
-    elif "max_route_duration" in instance:
+    if "max_route_duration" in instance:
         needed["max_route_duration"] = ("int", "duration limit")
     for key, allowed in SETTINGS.items():
         if key in instance and instance[key] not in allowed:

@@ -94,19 +94,93 @@ def test_anything_but_plain_data_is_refused_and_never_run(tmp_path, body):
 
 
 def test_what_our_format_cannot_say_is_refused_with_the_reason(tmp_path):
-    windows = droc_file(tmp_path, "VRPTW", layout("Vehicle Routing Problem with Time Windows (VRPTW)",
-                                                  "'time_matrix': problem, 'num_vehicle': 2, 'depot': 0", 10))  # fmt: skip
-    with pytest.raises(DRoCError, match=r"VRPTW.py \(VRPTW\): not yet in our format: time windows"):
-        droc_problem(windows)
-    extra = "demands = [0, 1, 1, 2, 2]\n"  # depot 1 of the fleet's starts has a demand
-    params = ("'distance_matrix': problem, 'demands': demands, 'num_vehicle': 2, 'vehicle_capacities': [5, 5], "
-              "'starts': [0, 1], 'ends': [0, 1]")  # fmt: skip
+    docks = droc_file(tmp_path, "VRPTWRC", layout(
+        "Vehicle Routing Problem with Time Windows and Resource Constraints (VRPTWRC)",
+        "'time_matrix': problem, 'num_vehicle': 2, 'depot': 0, 'vehicle_load_time': 5", 10))  # fmt: skip
+    with pytest.raises(DRoCError, match=r"VRPTWRC.py \(VRPTWRC\): not yet in our format: depot loading docks"):
+        droc_problem(docks)
+    extra = "demands = [0, 1, 1, 2, 2]\n"  # depot 1, the base of two vehicles, has a demand
+    params = ("'distance_matrix': problem, 'demands': demands, 'num_vehicle': 3, 'vehicle_capacities': [5, 5, 5], "
+              "'starts': [0, 1, 1], 'ends': [0, 1, 1]")  # fmt: skip
     depots = droc_file(tmp_path, "CVRPMD", layout("Capacitated Vehicle Routing Problem with Multiple Depots (CVRPMD)",
                                                   params, 10, extra))  # fmt: skip
-    with pytest.raises(DRoCError, match=r"instance\['demand'\]\[1\] is 1 at depot 1"):
+    with pytest.raises(DRoCError, match=r"demands at depot 1, the base of 2 vehicles"):
         droc_problem(depots)
     assert code_parts("PCVRPTWMD") == {"PC", "VRP", "TW", "MD"} and code_parts("OCVRPL") == {"O", "C", "VRP", "L"}
     assert code_parts("TSPTWS") == {"TSP", "TW", "S"} and code_parts("XYZ") is None
+
+
+WINDOWS = "time_windows = [(0, 5), (10, 15), (20, 25), (30, 35), (60, 65)]\n"
+
+
+def test_time_windows_bound_the_departure_and_the_duration_counts_from_a_free_departure(tmp_path):
+    """DRoC's VRPTWL on a line: the one route 0-1-2-3-4-0 (80) returns at 100, long after the depot's
+    window (0, 5) closes (DRoC's window bounds the departure only), and lasts 95 only when it leaves
+    at 5 rather than 0: within the duration limit 95 it is the optimum."""
+    params = "'time_matrix': problem, 'time_windows': time_windows, 'num_vehicle': 2, 'depot': 0, 'duration_limit': 95"
+    title = "Vehicle Routing Problem with Time Windows and Duration Limit (VRPTWL)"
+    problem = droc_problem(droc_file(tmp_path, "VRPTWL", layout(title, params, 80, WINDOWS)), seconds=1.0)
+    instance = problem["instance"]
+    assert problem["families"] == ["time_windows"] and instance["depot_window"] == "departure"
+    assert instance["max_route_duration"] == 95 and instance["time_windows"][4] == [60, 65]
+    assert problem["reference"]["objective"] == 80 and problem["reference"]["routes"][0 if problem["reference"][
+        "routes"][0] else 1] == [0, 1, 2, 3, 4, 0]  # fmt: skip
+    assert "the return is not bound by it" in problem["description"]
+    shorter = layout(title, params.replace("95", "94"), 80, WINDOWS)
+    with pytest.raises(DRoCError, match="our solver found no solution"):
+        droc_problem(droc_file(tmp_path, "VRPTWL", shorter), seconds=0.5)
+
+
+def test_open_start_and_end_get_a_virtual_depot(tmp_path):
+    """DRoC's OVRP: every node is a customer and a path may start and end anywhere; two paths over
+    five points of a line (0, 10, .., 40) cost 40 less the widest gap, 30."""
+    title = "Vehicle Routing Problem with Open Start and End locations (OVRP)"
+    problem = droc_problem(droc_file(tmp_path, "OVRP", layout(title, "'distance_matrix': problem, 'num_vehicle': 2", 30)),
+                           seconds=1.0)  # fmt: skip
+    instance = problem["instance"]
+    assert problem["families"] == ["open"] and len(instance["distance"]) == 6
+    assert instance["distance"][0] == [0] * 6 and [row[0] for row in instance["distance"]] == [0] * 6
+    assert instance["distance"][1][5] == 40  # DRoC's node i is our node i + 1
+    assert problem["reference"]["objective"] == 30 and "virtual depot" in problem["description"]
+
+
+def test_service_counts_in_the_objective_and_prizes_are_penalties(tmp_path):
+    service = droc_file(tmp_path, "VRPS", layout(
+        "Vehicle Routing Problem with Service Time (VRPS)",
+        "'time_matrix': problem, 'num_vehicle': 2, 'depot': 0, 'service_time': [0, 5, 5, 5, 5]", 100))  # fmt: skip
+    problem = droc_problem(service, seconds=1.0)
+    assert problem["instance"]["objective"] == "time" and problem["reference"]["objective"] == 80 + 20
+    # the tour 0-1-2-3-0 (60) within the limit 60, leaving node 4's prize of 1: 61
+    prizes = droc_file(tmp_path, "PCTSP", layout(
+        "Prize Collecting Travelling Salesman Problem (PCTSP)",
+        "'distance_matrix': problem, 'prizes': prizes, 'max_distance': 60, 'depot': 0", 61,
+        "prizes = [100, 100, 100]\nprizes.append(1)\nprizes.insert(0, 0)\n"))  # fmt: skip
+    problem = droc_problem(prizes, seconds=1.0)
+    assert problem["families"] == ["tsp", "distance_limit", "prize"]
+    assert problem["instance"]["penalty"] == [0, 100, 100, 100, 1] and problem["reference"]["objective"] == 61
+
+
+def test_a_depots_demand_is_loaded_on_its_vehicle_and_infeasibility_is_proven(tmp_path):
+    extra = "demands = [0, 2, 2, 3, 3]\n"  # node 4 is vehicle 1's depot: its 3 units leave 3 of 6 for customers
+    params = ("'distance_matrix': problem, 'demands': demands, 'num_vehicle': 2, 'vehicle_capacities': [6, 6], "
+              "'starts': [0, 4], 'ends': [0, 4]")  # fmt: skip
+    title = "Capacitated Vehicle Routing Problem with Multiple Depots (CVRPMD)"
+    problem = droc_problem(droc_file(tmp_path, "CVRPMD", layout(title, params, 60, extra)), seconds=1.0)
+    assert problem["instance"]["capacity"] == [6, 3] and problem["instance"]["demand"] == [0, 2, 2, 3, 0]
+    assert "Node 4 is vehicle 1's depot and has a demand of 3" in problem["description"]
+    assert problem["reference"]["objective"] == 60
+    params = "'distance_matrix': problem, 'demands': [0, 3, 3, 3, 3], 'num_vehicle': 2, 'vehicle_capacities': [5, 5]"
+    title = "Capacitated Vehicle Routing Problem with Open Start and End locations (OCVRP)"
+    with pytest.raises(DRoCError, match="infeasible as stated: the demand 12 exceeds the fleet's capacity 10"):
+        droc_problem(droc_file(tmp_path, "OCVRP", layout(title, params, 30)), seconds=0.5)
+
+
+def test_only_appends_and_inserts_on_lists_are_read_as_calls(tmp_path):
+    names = read_droc(droc_file(tmp_path, "PCTSP", "p = [1, 2]\np.append(3)\np.insert(0, 0)\nq = [9] + p\n"))
+    assert names["q"] == [9, 0, 1, 2, 3]
+    for body in ("p = [1]\np.pop()\n", "p = [1]\np.extend(open('x'))\n", "p = 1\np.append(2)\n"):
+        with pytest.raises(DRoCError, match=r"PCTSP.py:2: "):
+            read_droc(droc_file(tmp_path, "PCTSP", body))
 
 
 def test_the_importer_writes_problems_eval_rlea_reads(tmp_path):
@@ -120,9 +194,9 @@ def test_the_importer_writes_problems_eval_rlea_reads(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "TSP.py: droc-tsp (tsp), our reference 80 (proven optimal); DRoC's optimal 80" in run.stdout
-    assert "refused: OVRP.py (OVRP): not yet in our format: open routes with a free start" in run.stdout
-    assert "1 of 2 DRoC problems written" in run.stdout
-    (problem,) = load_problems(out)
+    assert "OVRP.py: droc-ovrp (open), our reference 30; DRoC's optimal 40 (ours is 25.0% lower" in run.stdout
+    assert "2 of 2 DRoC problems written" in run.stdout
+    _, problem = load_problems(out)  # sorted by file name: droc-ovrp, droc-tsp
     assert problem["name"] == "droc-tsp" and json.loads((out / "droc-tsp.json").read_text())["reference"]["optimal"]
     bad = subprocess.run([sys.executable, "-m", "ppoor.agents.droc", str(tmp_path / "none"), "--out", str(out)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip

@@ -316,9 +316,7 @@ def test_a_missing_or_mistyped_family_key_fails_at_load_time(tmp_path_factory, n
     with KeyError; each family's keys are checked when the file is read, one line naming file and key."""
     problem = json.loads(json.dumps(PROBLEMS[name]))
     keys = [k for f in problem["families"] for k in FAMILY_KEYS.get(f, {})]
-    if "service_time" in problem["families"] and "time_windows" not in problem["families"]:
-        keys.append("max_route_duration")
-    keys += ["depots", "vehicle_depots", "num_vehicles"]
+    keys += ["depots", "vehicle_depots", "num_vehicles"]  # max_route_duration, optional: test_rlea_semantics
     key = data.draw(st.sampled_from(keys))
     how = data.draw(st.sampled_from(["drop", "string", "short"]))
     where = data.draw(st.sampled_from(["instance", "probe"]))
