@@ -12,8 +12,9 @@ is data, never code.
 code (PARTS): time windows bound the departure only and a duration limit counts from a departure
 free within them, service counts in the objective, open starts and ends get a virtual depot, prizes
 not collected are penalties, and a demand at a depot is loaded on the one vehicle based there
-(stated in the description). Depot loading docks (RC) are refused with the reason, and so is a
-problem our solver finds infeasible, with a proof where a simple bound gives one. The reference is
+(stated in the description); depot loading docks (RC) keep a dock busy from each departure and
+from each return. A problem our solver finds infeasible is refused, with a proof where a simple
+bound gives one. The reference is
 recomputed with our solver; DRoC's published ``optimal`` is kept beside it, and where it lies below
 ours, the stated constraint whose omission explains it is named (``ignored_constraints``).
 
@@ -30,7 +31,7 @@ import re
 import sys
 from pathlib import Path
 
-from ppoor.agents.problems import SIGNATURE, describe, instance_error, is_int, relax, solve_reference
+from ppoor.agents.problems import describe, instance_error, is_int, relax, signature_of, solve_reference
 from ppoor.agents.reference import per_vehicle
 
 PARTS = {  # DRoC's code parts (``code_parts``) -> how our format says them
@@ -44,9 +45,7 @@ PARTS = {  # DRoC's code parts (``code_parts``) -> how our format says them
     "L": "max_route_distance without times; with windows or service, max_route_duration (return minus a free departure)",
     "MD": "multi_depot: each vehicle returns to where it starts",
     "PC": "prize: a prize not collected is a penalty added to the objective; max_distance or max_duration as L",
-}
-UNSUPPORTED = {  # a part of DRoC's code (``code_parts``) -> what our format cannot say yet
-    "RC": "depot loading docks (loading / unloading times, a limit on vehicles served at once)",
+    "RC": "depot_docks: vehicle_load_time from each departure, vehicle_unload_time from each return, depot_capacity docks",
 }
 
 
@@ -133,6 +132,21 @@ def list_edit(node: ast.AST, names: dict, path: Path):
     return None
 
 
+ALIASES = {"vehicle_capacities": "vehicle_capacity", "num_vehicles": "num_vehicle", "time_matrix": "distance_matrix"}
+"""DRoC's names of one argument: its signatures and its params_dict spell some of them two ways."""
+
+
+def solve_arguments(names: dict) -> list[str]:
+    """The argument names of the ``solve`` signature in ``input['code_example']`` (parsed, never
+    run), or [] where there is none."""
+    example = names.get("input", {}).get("code_example") if isinstance(names.get("input"), dict) else None
+    try:
+        tree = ast.parse(example or "")
+    except SyntaxError:
+        return []
+    return [a.arg for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "solve" for a in node.args.args]
+
+
 def problem_code(names: dict, path: Path) -> str:
     """DRoC's code of a problem (``CVRPTW``), from ``input['problem']`` ("... (CVRPTW)") or the file name."""
     title = names.get("input", {}).get("problem", "") if isinstance(names.get("input"), dict) else ""
@@ -145,19 +159,17 @@ def droc_problem(path: str | Path, seconds: float = 2.0) -> dict:
     """Our problem (name, families, description, signature, instance, reference) for a DRoC file;
     DRoCError with the reason where its semantics or instance cannot be stated in our format."""
     path = Path(path)
-    try:
-        names = read_droc(path)
-    except DRoCError as exc:  # say first what the format lacks, where the file's name tells
-        if missing := unsupported(path.stem.upper()):
-            raise DRoCError(f"{path.name} ({path.stem.upper()}): not yet in our format: {missing} (and {exc})") from None
-        raise
+    names = read_droc(path)
     code = problem_code(names, path)
     parts = code_parts(code)
-    if parts is None or (missing := unsupported(code)):
-        raise DRoCError(f"{path.name} ({code}): not yet in our format: {missing if parts else 'an unknown variant'}")
+    if parts is None:
+        raise DRoCError(f"{path.name} ({code}): not a code of DRoC's grammar ([PC][O][C] VRP | TSP | PDP, then TW RC MD S L)")
     params = names.get("params_dict")
     if not isinstance(params, dict):
         raise DRoCError(f"{path.name}: no params_dict (the arguments of solve)")
+    given = {ALIASES.get(k, k) for k in params}
+    filled = {k: names[k] for k in solve_arguments(names) if ALIASES.get(k, k) not in given and k in names}
+    params = {**params, **filled}  # an argument of solve the file assigns but params_dict forgot
     try:
         families, instance, notes = droc_instance(parts, params)
     except (KeyError, TypeError, ValueError) as exc:
@@ -176,6 +188,8 @@ def droc_problem(path: str | Path, seconds: float = 2.0) -> dict:
             f"; DRoC's published {published:g} is what the problem gives without its {', '.join(ignores)}"
             if ignores else ""))  # fmt: skip
     answer["published"] = published
+    if filled:
+        answer["filled_from_file"] = sorted(filled)
     if published is not None and answer["objective"] - published > GAP * abs(published):
         answer["published_ignores"] = ignored_constraints(families, instance, published, seconds)
     return {
@@ -183,7 +197,7 @@ def droc_problem(path: str | Path, seconds: float = 2.0) -> dict:
         "families": families,
         "split": "test",
         "description": describe(families, instance) + notes,
-        "signature": SIGNATURE,
+        "signature": signature_of(families),
         "instance": instance,
         "reference": answer,
     }
@@ -209,6 +223,7 @@ def droc_instance(parts: set[str], params: dict) -> tuple[list[str], dict, str]:
     families = (["tsp"] if "TSP" in parts else []) + [family for part, family in (
         ("C", "capacity"), ("O", "open"), ("L", None if timed else "distance_limit"), ("S", "service_time"),
         ("TW", "time_windows"), ("MD", "multi_depot"), ("PC", "prize"), ("PDP", "pickup_delivery"),
+        ("RC", "depot_docks"),
     ) if part in parts and family]  # fmt: skip
     if "PC" in parts and not timed:
         families.insert(-1, "distance_limit")
@@ -254,6 +269,9 @@ def droc_instance(parts: set[str], params: dict) -> tuple[list[str], dict, str]:
             windows[0] = [0, max(w[1] for w in windows[1:])]
         instance["time_windows"] = windows
         instance["depot_window"] = "departure"
+    if "RC" in parts:
+        instance["load_time"], instance["unload_time"] = params["vehicle_load_time"], params["vehicle_unload_time"]
+        instance["docks"] = params["depot_capacity"]
     if "PDP" in parts:
         instance["pickup_delivery_pairs"] = [[p + shift, q + shift] for p, q in params["pickups_deliveries"]]
     notes = VIRTUAL_DEPOT if "O" in parts else ""
@@ -278,12 +296,6 @@ def code_parts(code: str) -> set[str] | None:
     if match is None:
         return None
     return {part for part in match.groups()[:4] if part} | set(re.findall(r"TW|RC|MD|S|L", match.group(5)))
-
-
-def unsupported(code: str) -> str:
-    """What our format cannot say yet of a DRoC problem code ('' when nothing is known of it)."""
-    parts = code_parts(code) or set()
-    return "; ".join(why for part, why in UNSUPPORTED.items() if part in parts)
 
 
 GAP = 0.05  # DRoC's and our references further apart than this are checked against each other
@@ -385,8 +397,9 @@ def main(argv: list[str] | None = None) -> None:
         ref = problem["reference"]
         (out / f"{problem['name']}.json").write_text(json.dumps(problem))
         written += 1
+        filled = "".join(f"; {k} read from the file (params_dict lacks it)" for k in ref.get("filled_from_file", []))
         print(f"{file.name}: {problem['name']} ({what_it_states(problem)}), our reference {ref['objective']:g}"
-              f"{' (proven optimal)' if ref.get('optimal') else ''}{comparison(ref)}")  # fmt: skip
+              f"{' (proven optimal)' if ref.get('optimal') else ''}{comparison(ref)}{filled}")  # fmt: skip
     for reason in refused:
         print(f"refused: {reason}")
     print(f"{written} of {len(files)} DRoC problems written to {out}; {len(refused)} refused (reasons above)")

@@ -161,7 +161,7 @@ class Executor:
             attempt.feedback = "The program failed:\n" + (result.error or "no answer")
             return attempt
         attempt.ran = True
-        verdicts = [check_answer(instance, problem["families"], a["routes"], a["objective"])
+        verdicts = [check_answer(instance, problem["families"], a["routes"], a["objective"], a.get("times"))
                     for (_, instance, _), a in zip(cases, result.answers, strict=True)]
         attempt.valid, attempt.success, attempt.gap, attempt.feedback, attempt.alarm = feedback_of(verdicts, cases)
         attempt.objective = verdicts[0].objective

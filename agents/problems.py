@@ -49,8 +49,10 @@ FAMILIES = {
     "resources": "R",
     "prize": "P",
     "pickup_delivery": "PD",
+    "depot_docks": "DK",
 }
-"""The paper's nine constraint families and their short codes (in problem names)."""
+"""The paper's nine constraint families, and DRoC's depot loading docks (its "RC"), with their short
+codes (in problem names)."""
 
 VARIANTS = [
     ["tsp"], ["tsp", "time_windows"], ["tsp", "prize"],
@@ -88,6 +90,22 @@ SIGNATURE = '''def solve(instance: dict) -> tuple[float, list[list[int]]]:
     vehicle, vehicle k's route as the list of node indices it visits in order, starting at its
     depot and, unless routes are open, ending at that depot; an unused vehicle's route is [].
     """'''
+
+
+DOCKS_SIGNATURE = '''def solve(instance: dict) -> tuple[float, list[list[int]], list[list[int]]]:
+    """Solve the problem on ``instance`` (a dict of plain lists and ints, keys as described).
+
+    Returns (objective, routes, times): the objective value of the returned routes; one route per
+    vehicle, vehicle k's route as the list of node indices it visits in order, starting and ending
+    at its depot ([] for an unused vehicle); and times[k] = [departure, return], the minutes
+    vehicle k leaves its depot and is back there (anything for an unused vehicle).
+    """'''
+"""The signature of a problem with depot docks: solve also returns each vehicle's times."""
+
+
+def signature_of(families: list[str]) -> str:
+    """The ``solve`` signature a problem of ``families`` states."""
+    return DOCKS_SIGNATURE if "depot_docks" in families else SIGNATURE
 
 
 def problem_name(families: list[str]) -> str:
@@ -294,9 +312,19 @@ def describe(families: list[str], instance: dict) -> str:
             + ("; the departure may be delayed within the depot's window to wait less)." if "time_windows" in fams
                else ").")
         )
+    if "depot_docks" in fams:
+        lines.append(
+            "Depot docks: dispatching a vehicle keeps one of its depot's instance['docks'] docks busy for "
+            "instance['load_time'] minutes from its departure, and receiving it back keeps one busy for "
+            "instance['unload_time'] minutes from its return; no depot may dispatch or receive more vehicles at once "
+            "than it has docks. A vehicle may wait anywhere, so it may be back later than it could be."
+        )
     lines.append(
         "Return the objective value and, for each vehicle k, the list of nodes of its route in order, starting at "
-        "its depot" + ("" if "open" in fams else " and ending at that depot") + " ([] for an unused vehicle)."
+        "its depot" + ("" if "open" in fams else " and ending at that depot") + " ([] for an unused vehicle)"
+        + (", and a third value: for each vehicle k, [departure, return], the minutes it leaves its depot and is "
+           "back there (anything for an unused vehicle): solve returns (objective, routes, times)."
+           if "depot_docks" in fams else ".")
     )
     return " ".join(lines)
 
@@ -337,11 +365,11 @@ def binding(families: list[str], instance: dict, reference: float, seconds: floa
         if family == "tsp":
             continue
         fams, inst = relax(families, instance, family)
-        routes = ortools_routes(inst, fams, seconds)
-        if routes is None:
+        found = ortools_routes(inst, fams, seconds)
+        if found is None:
             out[family] = True
             continue
-        verdict = check_answer(instance, families, routes, None)
+        verdict = check_answer(instance, families, found[0], None, found[1])
         valid = not [v for v in verdict.violations if not v.startswith("the objective")]
         out[family] = not valid or verdict.objective is None or (verdict.objective - reference) / reference > SUCCESS_GAP
     return out
@@ -352,16 +380,18 @@ def solve_reference(families: list[str], instance: dict, seconds: float) -> dict
     if families == ["tsp"]:
         length, tour = held_karp(instance["distance"])
         return {"objective": float(length), "routes": [tour], "solver": "held-karp", "optimal": True}
-    routes = ortools_routes(instance, families, seconds)
-    if routes is None:
+    found = ortools_routes(instance, families, seconds)
+    if found is None:
         return None
-    verdict = check_answer(instance, families, routes, 0.0)
+    routes, times = found
+    verdict = check_answer(instance, families, routes, 0.0, times)
     problems = [v for v in verdict.violations if not v.startswith("the reported objective")]
     if problems:
         raise AssertionError(f"the reference solver broke a constraint of {families}: {problems}")
     return {
         "objective": verdict.objective,
         "routes": routes,
+        **({"times": times} if times is not None else {}),
         "solver": f"ortools guided local search {seconds:g} s",
         "optimal": False,
     }
@@ -402,7 +432,7 @@ def make_problem(families: list[str], index: int, seconds: float, probe_seconds:
         "families": families,
         "split": "test" if index % TEST_EVERY == TEST_EVERY - 1 else "train",
         "description": describe(families, instance),
-        "signature": SIGNATURE,
+        "signature": signature_of(families),
         "instance": instance,
         "reference": reference,
         "probe": {"instance": candidate, "reference": answer, "binds": binds},
@@ -439,6 +469,7 @@ FAMILY_KEYS = {
     "time_windows": {"time_windows": "windows"},
     "prize": {"penalty": "ints"},
     "pickup_delivery": {"pickup_delivery_pairs": "pairs"},
+    "depot_docks": {"load_time": "int", "unload_time": "int", "docks": "int"},
 }
 """The keys each family's instance must hold, and their kinds (ints: one int per node; fleet: one
 int for every vehicle, or a list of one per vehicle)."""
@@ -472,6 +503,10 @@ def instance_error(instance, families: list[str]) -> str | None:
     needed = {key: (kind, family) for family in families for key, kind in FAMILY_KEYS.get(family, {}).items()}
     if "max_route_duration" in instance:
         needed["max_route_duration"] = ("int", "duration limit")
+    if "depot_docks" in families and ("time_windows" not in families or "open" in families):
+        return "the depot_docks family needs time_windows (its departures are timed) and routes that return"
+    if "depot_docks" in families and (not is_int(instance.get("docks")) or instance["docks"] < 1):
+        return f"instance['docks'] must be a positive integer, got {instance.get('docks')!r:.40}"
     for key, allowed in SETTINGS.items():
         if key in instance and instance[key] not in allowed:
             return f"instance['{key}'] must be one of {', '.join(map(repr, allowed))}, got {instance[key]!r:.40}"
@@ -566,11 +601,11 @@ def judged_instances(problem: dict) -> list[tuple[str, dict, dict]]:
         cases.append(("a second instance of the same problem", problem["probe"]["instance"], problem["probe"]["reference"]))
         return cases
     reference, routes = dict(problem["reference"]), problem["reference"].get("routes")
-    seed, fams = zlib.crc32(problem["name"].encode()), problem["families"]
-    hard_coded = None if routes is None else check_answer(problem["instance"], fams, routes, 0).objective
+    seed, fams, times = zlib.crc32(problem["name"].encode()), problem["families"], problem["reference"].get("times")
+    hard_coded = None if routes is None else check_answer(problem["instance"], fams, routes, 0, times).objective
     for tries in range(RENUMBER_TRIES):  # a numbering on which the reference's own answer, hard-coded, fails
         instance, new = relabelled(problem["instance"], seed + tries)
-        if hard_coded is None or not check_answer(instance, fams, routes, hard_coded).valid:
+        if hard_coded is None or not check_answer(instance, fams, routes, hard_coded, times).valid:
             break
     if routes is not None:
         reference["routes"] = [[new[v] for v in route] for route in routes]

@@ -64,9 +64,14 @@ def per_vehicle(value: int | list[int], vehicles: int) -> list[int]:
     return list(value) if isinstance(value, list) else [value] * vehicles
 
 
-def ortools_routes(instance: dict, families: list[str], seconds: float) -> list[list[int]] | None:
-    """OR-Tools' best routes for the problem within ``seconds`` (guided local search), one list
-    per vehicle (empty when unused), or None when it found no feasible solution. Where the first
+Solution = tuple[list[list[int]], list[list[int]] | None]
+"""Routes, one list per vehicle (empty when unused), and with depot docks each vehicle's
+[departure, return] (None otherwise)."""
+
+
+def ortools_routes(instance: dict, families: list[str], seconds: float) -> Solution | None:
+    """OR-Tools' best solution of the problem within ``seconds`` (guided local search), or None
+    when it found no feasible one. Where the first
     strategy finds no solution, the others of FIRST_SOLUTIONS are tried, then the model with every
     visit optional at a prohibitive penalty (its local search can reach a solution that visits
     every customer from one that does not); each try gets ``seconds``."""
@@ -74,13 +79,13 @@ def ortools_routes(instance: dict, families: list[str], seconds: float) -> list[
     first = "PARALLEL_CHEAPEST_INSERTION" if fams & {"pickup_delivery", "time_windows"} else "PATH_CHEAPEST_ARC"
     tries = [(first, False), *((s, False) for s in FIRST_SOLUTIONS if s != first), ("PATH_CHEAPEST_ARC", True)]
     for strategy, optional in tries:
-        routes = solve_routing(instance, fams, seconds, strategy, optional)
-        if routes is not None:
-            return routes
+        found = solve_routing(instance, fams, seconds, strategy, optional)
+        if found is not None:
+            return found
     return None
 
 
-def solve_routing(instance: dict, fams: set[str], seconds: float, strategy: str, optional: bool) -> list[list[int]] | None:
+def solve_routing(instance: dict, fams: set[str], seconds: float, strategy: str, optional: bool) -> Solution | None:
     """One OR-Tools solve with the first-solution ``strategy``; ``optional``: every customer may be
     left out at DROP_PENALTY (a solution that leaves one out is no solution, unless the problem
     collects prizes, where its own penalties apply)."""
@@ -139,6 +144,18 @@ def solve_routing(instance: dict, fams: set[str], seconds: float, strategy: str,
             for i in range(n):
                 if i not in depots:
                     time.CumulVar(manager.NodeToIndex(i)).SetRange(*windows[i])
+        if "depot_docks" in fams:  # every vehicle's dispatch and reception hold a dock (unused ones too)
+            solver = routing.solver()
+            for depot in depots:
+                based = [v for v in range(vehicles) if starts[v] == depot]
+                busy = [solver.FixedDurationIntervalVar(time.CumulVar(routing.Start(v)), instance["load_time"], "load")
+                        for v in based] + [
+                    solver.FixedDurationIntervalVar(time.CumulVar(routing.End(v)), instance["unload_time"], "unload")
+                    for v in based]  # fmt: skip
+                solver.Add(solver.Cumulative(busy, [1] * len(busy), instance["docks"], f"docks {depot}"))
+            for v in range(vehicles):  # the solution then holds one consistent departure and return
+                routing.AddVariableMinimizedByFinalizer(time.CumulVar(routing.Start(v)))
+                routing.AddVariableMinimizedByFinalizer(time.CumulVar(routing.End(v)))
     if "pickup_delivery" in fams:
         order = routing.GetDimensionOrDie("distance")
         solver = routing.solver()
@@ -171,4 +188,9 @@ def solve_routing(instance: dict, fams: set[str], seconds: float, strategy: str,
     visited = {v for route in routes for v in route}
     if optional and "prize" not in fams and any(i not in visited for i in range(n) if i not in depots):
         return None
-    return routes
+    times = None
+    if "depot_docks" in fams:
+        time = routing.GetDimensionOrDie("time")
+        times = [[solution.Value(time.CumulVar(routing.Start(v))), solution.Value(time.CumulVar(routing.End(v)))]
+                 for v in range(vehicles)]  # fmt: skip
+    return routes, times

@@ -90,14 +90,22 @@ answers = []
 for instance in instances:
     result = solve(instance)
     try:
-        objective, routes = result
+        objective, routes, *times = result
+        if len(times) > 1:
+            raise ValueError
     except (TypeError, ValueError):
-        raise SystemExit(f"solve must return (objective, routes), got {type(result).__name__}") from None
+        raise SystemExit(f"solve must return (objective, routes) or (objective, routes, times), got {type(result).__name__}") from None
     if hasattr(objective, "item"):
         objective = objective.item()
     routes = [[int(v) for v in r] for r in routes]
-    answers.append({"objective": objective if isinstance(objective, (int, float)) else repr(objective),
-                    "routes": routes})
+    answer = {"objective": objective if isinstance(objective, (int, float)) else repr(objective), "routes": routes}
+    if times:
+        try:  # numpy scalars become Python numbers; anything else is judged as it is
+            answer["times"] = json.loads(json.dumps([[t.item() if hasattr(t, "item") else t for t in pair]
+                                                     for pair in times[0]]))
+        except (TypeError, ValueError):
+            answer["times"] = repr(times[0])[:80]
+    answers.append(answer)
 sys.stdout.write("\n@@RLEA-RESULT@@" + json.dumps(answers) + "\n")
 '''
 

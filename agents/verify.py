@@ -84,13 +84,19 @@ def read_routes(routes, instance: dict, families: set[str]) -> tuple[list[list[i
     return out, problems
 
 
-def check_answer(instance: dict, families: list[str], routes, reported) -> Verdict:
+def check_answer(instance: dict, families: list[str], routes, reported, times=None) -> Verdict:
     """Check ``routes`` (one list per vehicle) and the ``reported`` objective against every
-    constraint of a problem of the given constraint ``families`` on ``instance``."""
+    constraint of a problem of the given constraint ``families`` on ``instance``; with depot docks,
+    also ``times``, vehicle k's [departure, return] (read by ``dock_problems``)."""
     fams = set(families)
     visits, problems = read_routes(routes, instance, fams)
     if not visits and problems:
         return Verdict(False, None, problems)
+    schedule = None
+    if "depot_docks" in fams:
+        schedule, reasons = read_times(times, visits)
+        if reasons:
+            return Verdict(False, None, problems + reasons)
     d = instance["distance"]
     n = len(d)
     depots = instance["vehicle_depots"]
@@ -117,13 +123,15 @@ def check_answer(instance: dict, families: list[str], routes, reported) -> Verdi
         objective += length
         if instance.get("objective") == "time" and "service_time" in fams:
             objective += sum(instance["service_time"][v] for v in inner)
-        problems += route_constraints(instance, fams, k, route, inner, length)
+        problems += route_constraints(instance, fams, k, route, inner, length, schedule and schedule[k])
     if "prize" in fams:
         objective += sum(instance["penalty"][i] for i in missing)
     if "pickup_delivery" in fams:
         for p, q in instance["pickup_delivery_pairs"]:
             if seen.get(p) != seen.get(q):
                 problems.append(f"pickup {p} and its delivery {q} are not on the same route")
+    if schedule is not None:
+        problems += dock_problems(instance, visits, schedule)
     problems += objective_problem(reported, objective)
     return Verdict(not problems, objective, problems)
 
@@ -138,10 +146,10 @@ def objective_problem(reported, objective: float) -> list[str]:
 
 
 def route_constraints(
-    instance: dict, fams: set[str], k: int, route: list[int], inner: list[int], length: int
+    instance: dict, fams: set[str], k: int, route: list[int], inner: list[int], length: int, times=None
 ) -> list[str]:
     """The violations of vehicle k's ``route`` (depot first; the depot last when closed), whose
-    customers are ``inner``, of ``length``."""
+    customers are ``inner``, of ``length``; ``times``: its given [departure, return], if any."""
     problems = []
     if "pickup_delivery" in fams:  # precedence holds with or without a capacity
         position = {v: i for i, v in enumerate(inner)}
@@ -167,7 +175,9 @@ def route_constraints(
             problems.append(f"route {k}: volume {volume} exceeds the volume capacity {capacity}")
     if "distance_limit" in fams and length > instance["max_route_distance"]:
         problems.append(f"route {k}: distance {length} exceeds the limit {instance['max_route_distance']}")
-    if "time_windows" in fams or "service_time" in fams or "max_route_duration" in instance:
+    if times is not None:
+        problems += timed_problems(instance, fams, k, route, *times)
+    elif "time_windows" in fams or "service_time" in fams or "max_route_duration" in instance:
         problems += schedule_problems(instance, fams, k, route)
     return problems
 
@@ -239,3 +249,60 @@ def latest_departure(instance: dict, fams: set[str], route: list[int]) -> int | 
         else:
             latest = middle - 1
     return earliest
+
+
+def read_times(times, visits: list[list[int]]) -> tuple[list | None, list[str]]:
+    """The answer's [departure, return] of every used vehicle (integers), or the reasons they
+    cannot be read."""
+    if not isinstance(times, list | tuple) or len(times) < len(visits):
+        return None, [f"depot docks: solve must also return the [departure, return] of each vehicle, got {times!r:.60}"]
+    out = []
+    for k, inner in enumerate(visits):
+        pair = times[k]
+        if inner and (not isinstance(pair, list | tuple) or len(pair) != 2
+                      or not all(isinstance(t, int) and not isinstance(t, bool) for t in pair)):  # fmt: skip
+            return None, [f"depot docks: vehicle {k}'s times must be [departure, return] integers, got {pair!r:.40}"]
+        out.append(list(pair) if inner else None)
+    return out, []
+
+
+def timed_problems(instance: dict, fams: set[str], k: int, route: list[int], departure: int, back: int) -> list[str]:
+    """The violations of vehicle k's ``route`` leaving at the given ``departure`` and back at its
+    depot at ``back`` (a vehicle may wait anywhere, so ``back`` is any time from its earliest
+    return): the depot's window, every customer's, the duration limit."""
+    windows = instance["time_windows"]
+    depot = route[0]
+    if not windows[depot][0] <= departure <= windows[depot][1]:
+        return [f"route {k} leaves depot {depot} at {departure}, outside its window {windows[depot]}"]
+    earliest, late = simulate(instance, fams, route, departure)
+    if late is not None:
+        node, t = late
+        what = "returns to depot" if node == depot else "starts serving"
+        return [f"route {k} leaving at {departure} {what} {node} at time {t}, after its window closes at {windows[node][1]}"]
+    if back < earliest:
+        return [f"route {k} is back at {back}, before it can be (leaving at {departure}, the earliest is {earliest})"]
+    if instance.get("depot_window") != "departure" and back > windows[depot][1]:
+        return [f"route {k} is back at {back}, after depot {depot}'s window closes at {windows[depot][1]}"]
+    limit = instance.get("max_route_duration")
+    if limit is not None and back - departure > limit:
+        return [f"route {k} lasts {back - departure} (from {departure} to {back}), more than the duration limit {limit}"]
+    return []
+
+
+def dock_problems(instance: dict, visits: list[list[int]], schedule: list) -> list[str]:
+    """Depot docks: dispatching a vehicle keeps a dock of its depot busy for ``load_time`` from its
+    departure, receiving it for ``unload_time`` from its return; at most ``docks`` at once per depot."""
+    problems = []
+    for depot in instance["depots"]:
+        busy = []  # (from, until) of every dispatch and reception at this depot
+        for k, inner in enumerate(visits):
+            if inner and instance["vehicle_depots"][k] == depot:
+                departure, back = schedule[k]
+                busy += [(departure, departure + instance["load_time"]), (back, back + instance["unload_time"])]
+        for start, _ in busy:  # the most at once is reached when some dispatch or reception starts
+            at_once = sum(1 for a, b in busy if a <= start < b)
+            if at_once > instance["docks"]:
+                problems.append(f"depot {depot}: {at_once} vehicles dispatched or received at time {start}, more "
+                                f"than its {instance['docks']} docks")  # fmt: skip
+                break
+    return problems

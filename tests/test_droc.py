@@ -94,11 +94,9 @@ def test_anything_but_plain_data_is_refused_and_never_run(tmp_path, body):
 
 
 def test_what_our_format_cannot_say_is_refused_with_the_reason(tmp_path):
-    docks = droc_file(tmp_path, "VRPTWRC", layout(
-        "Vehicle Routing Problem with Time Windows and Resource Constraints (VRPTWRC)",
-        "'time_matrix': problem, 'num_vehicle': 2, 'depot': 0, 'vehicle_load_time': 5", 10))  # fmt: skip
-    with pytest.raises(DRoCError, match=r"VRPTWRC.py \(VRPTWRC\): not yet in our format: depot loading docks"):
-        droc_problem(docks)
+    unknown = droc_file(tmp_path, "XVRP", layout("Some Other Problem (XVRP)", "'distance_matrix': problem", 10))
+    with pytest.raises(DRoCError, match=r"XVRP.py \(XVRP\): not a code of DRoC's grammar"):
+        droc_problem(unknown)
     extra = "demands = [0, 1, 1, 2, 2]\n"  # depot 1, the base of two vehicles, has a demand
     params = ("'distance_matrix': problem, 'demands': demands, 'num_vehicle': 3, 'vehicle_capacities': [5, 5, 5], "
               "'starts': [0, 1, 1], 'ends': [0, 1, 1]")  # fmt: skip
@@ -201,3 +199,20 @@ def test_the_importer_writes_problems_eval_rlea_reads(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "ppoor.agents.droc", str(tmp_path / "none"), "--out", str(out)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert bad.returncode != 0 and "is not a folder of DRoC problem files" in bad.stderr
+
+
+def test_depot_docks_map_and_a_limit_params_dict_forgot_is_read_from_the_file(tmp_path):
+    """DRoC's RC: one dock, 5 minutes to dispatch and 4 to receive; CVRPTWRCL's file assigns
+    duration_limit and names it in solve's signature, but leaves it out of params_dict."""
+    windows = "time_windows = [(0, 30), (0, 100), (0, 100), (0, 100), (0, 100)]\n"
+    params = ("'time_matrix': problem, 'time_windows': time_windows, 'num_vehicle': 2, 'vehicle_load_time': 5, "
+              "'vehicle_unload_time': 4, 'depot_capacity': 1, 'depot': 0")  # fmt: skip
+    body = layout("Vehicle Routing Problem with Time Windows, Resource Constraints, and Duration Limit (VRPTWRCL)",
+                  params, 80, windows + "duration_limit = 80\n").replace("def solve(...)", "def solve(duration_limit)")
+    problem = droc_problem(droc_file(tmp_path, "VRPTWRCL", body), seconds=1.0)
+    instance, reference = problem["instance"], problem["reference"]
+    assert problem["families"] == ["time_windows", "depot_docks"]
+    assert (instance["load_time"], instance["unload_time"], instance["docks"]) == (5, 4, 1)
+    assert instance["max_route_duration"] == 80 and reference["filled_from_file"] == ["duration_limit"]
+    assert "returns (objective, routes, times)" in problem["description"] and "times" in problem["signature"]
+    assert reference["objective"] == 80 and len(reference["times"]) == 2

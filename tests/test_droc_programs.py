@@ -1,4 +1,4 @@
-"""Ten OR-Tools programs we wrote for DRoC's problems (tests/data/droc_programs, labelled as ours),
+"""Eleven OR-Tools programs we wrote for DRoC's problems (tests/data/droc_programs, labelled as ours),
 judged exactly as a generated program is (sandbox, checker, reference) on problems the importer
 reads from files in DRoC's layout written here (random, seeded; never DRoC's own files). Each
 program is judged correct, and its copy without each constraint (``IGNORE``) wrong, with the reason."""
@@ -26,6 +26,7 @@ REASONS = {  # the constraint a copy leaves out -> what the checker must say of 
     "service_time": "window closes",
     "pickup_delivery": "pickup",
     "multi_depot": "must start at its depot",
+    "depot_docks": "more than its",
 }
 
 
@@ -61,6 +62,12 @@ def droc_case(code: str, rng: random.Random) -> tuple[str, str, str]:
         return ("Capacitated Vehicle Routing Problem with Distance Limit (CVRPL)",
                 f"'distance_matrix': problem, 'demands': {demands}, 'num_vehicle': 5, 'vehicle_capacities': "
                 f"[{cap}] * 5, 'depot': 0, 'distance_limit': {2 * far + 12}", "")  # fmt: skip
+    if code == "VRPTWRC":  # one dock, dispatching and receiving 6 minutes each, departures until 30
+        order = rng.sample(range(1, n), n - 1)
+        windows = [(0, 30)] + windows_along(rng, d, order, 30)[1:]
+        return ("Vehicle Routing Problem with Time Windows and Resource Constraints (VRPTWRC)",
+                f"'time_matrix': problem, 'time_windows': {windows}, 'num_vehicle': 3, 'vehicle_load_time': 6, "
+                "'vehicle_unload_time': 6, 'depot_capacity': 1, 'depot': 0", "")  # fmt: skip
     if code in ("VRPTW", "VRPTWL"):
         order = rng.sample(range(1, n), n - 1)
         windows = windows_along(rng, d, order, 8)
@@ -109,6 +116,7 @@ CASES = {  # program -> (DRoC's code, the constraints a copy leaves out)
     "pctsp": ("PCTSP", ["distance_limit"]),
     "cvrpmd": ("CVRPMD", ["capacity", "multi_depot"]),
     "pdptws": ("PDPTWS", ["pickup_delivery", "time_windows"]),
+    "vrptwrc": ("VRPTWRC", ["depot_docks"]),
 }
 
 

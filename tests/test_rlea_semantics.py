@@ -138,3 +138,45 @@ def test_the_settings_are_checked_and_described():
     assert "max_route_duration" in instance_error(dict(instance, max_route_duration=-1), families)
     served = {"service_time": [2, 1], "max_route_duration": 99}
     assert "a depot has no service_time" in instance_error(dict(instance, **served), [*families, "service_time"])
+
+
+DOCKS = {
+    "distance": [[0, 5, 5, 5], [5, 0, 5, 5], [5, 5, 0, 5], [5, 5, 5, 0]],
+    "depots": [0],
+    "num_vehicles": 3,
+    "vehicle_depots": [0, 0, 0],
+    "time_windows": [[0, 50], [0, 100], [0, 100], [0, 100]],
+    "load_time": 5,
+    "unload_time": 5,
+    "docks": 1,
+}
+THREE = [[0, 1, 0], [0, 2, 0], [0, 3, 0]]
+
+
+def test_depot_docks_by_hand():
+    """One dock: dispatches at 0, 5, 10 (back at 15, 20, 25) and receptions never overlap; two
+    dispatches 3 minutes apart do; times are required, and a return cannot come early."""
+    families = ["time_windows", "depot_docks"]
+    assert instance_error(DOCKS, families) is None
+    assert check_answer(DOCKS, families, THREE, 30, [[0, 15], [5, 20], [10, 25]]).valid
+    assert "2 vehicles dispatched or received at time 3" in check_answer(
+        DOCKS, families, THREE, 30, [[0, 15], [3, 20], [10, 25]]).violations[0]  # fmt: skip
+    assert "must also return the [departure, return]" in check_answer(DOCKS, families, THREE, 30).violations[0]
+    assert "before it can be" in check_answer(DOCKS, families, THREE, 30, [[0, 9], [5, 20], [10, 25]]).violations[0]
+    assert "outside its window" in check_answer(DOCKS, families, THREE, 30, [[0, 15], [5, 20], [60, 75]]).violations[0]
+    assert "needs time_windows" in instance_error(DOCKS, ["depot_docks"])
+    assert "docks'] must be a positive integer" in instance_error(dict(DOCKS, docks=0), families)
+    assert check_answer(dict(DOCKS, docks=2), families, THREE, 30, [[0, 15], [3, 20], [10, 25]]).valid
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), min_size=3, max_size=3), st.integers(1, 3),
+       st.integers(0, 8), st.integers(0, 8))  # fmt: skip
+def test_the_docks_agree_with_counting_every_minute(starts, docks, load, unload):
+    """A schedule is refused exactly when some minute sees more dispatches and receptions than docks."""
+    instance = dict(DOCKS, docks=docks, load_time=load, unload_time=unload, depot_window="departure")
+    times = [[departure, departure + 10 + extra] for departure, extra in starts]
+    busy = [(d, d + load) for d, _ in times] + [(b, b + unload) for _, b in times]
+    crowded = any(sum(a <= t < b for a, b in busy) > docks for t in range(0, 120))
+    verdict = check_answer(instance, ["time_windows", "depot_docks"], THREE, 30, times)
+    assert verdict.valid == (not crowded), (verdict.violations, times)
