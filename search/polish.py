@@ -2,7 +2,9 @@
 
 ``two_opt`` improves one closed TSP tour on a distance matrix by best-improvement 2-opt moves
 (reverse the segment between two edges when the two new edges are shorter) until none improves;
-each pass evaluates every pair of edges at once with numpy. ``local_search`` improves a CVRP, VRP
+``or_opt`` moves a segment of one to three nodes to another edge, forwards or reversed;
+``tsp_local_search`` alternates them to a local optimum of both. Each pass scores every move of
+its kind at once with numpy. ``local_search`` improves a CVRP, VRP
 variant, multi-resource or prize-collecting CVRP solution by PyVRP's local search (its operators
 on the granular neighbourhood, run to a local optimum, with prohibitive penalties so that it stays
 feasible) on the same PyVRP model the references use. ``polish`` applies them to every solution of
@@ -48,6 +50,52 @@ def two_opt(dist: np.ndarray, tour: np.ndarray, max_moves: int = 100_000) -> np.
     return tour
 
 
+def or_opt(dist: np.ndarray, tour: np.ndarray, max_moves: int = 100_000, longest: int = 3) -> np.ndarray:
+    """An or-opt local optimum reached from ``tour`` (a permutation of the n nodes, closed) on
+    ``dist`` [n, n] (symmetric): best-improvement moves of a segment of 1..``longest`` consecutive
+    nodes to another edge, forwards or reversed; every (segment, edge) pair of a length is scored at
+    once with numpy. At most ``max_moves`` moves; never longer than ``tour``."""
+    tour = np.asarray(tour, dtype=np.int64).copy()
+    n = len(tour)
+    positions = np.arange(n)
+    for _ in range(max_moves):
+        best = (-EPS, None)
+        for size in range(1, min(longest, n - 3) + 1):
+            first, last = tour, np.roll(tour, -(size - 1))  # segment i is tour[i .. i + size - 1]
+            before, after = np.roll(tour, 1), np.roll(tour, -size)
+            removed = dist[before, first] + dist[last, after] - dist[before, after]  # [n]: saved by taking it out
+            a, b = tour, np.roll(tour, -1)  # edge j runs a[j] -> b[j]
+            forwards = dist[a[None, :], first[:, None]] + dist[last[:, None], b[None, :]]
+            backwards = dist[a[None, :], last[:, None]] + dist[first[:, None], b[None, :]]
+            delta = np.minimum(forwards, backwards) - dist[a, b][None, :] - removed[:, None]  # [i, j]
+            touching = (positions[None, :] - positions[:, None] + 1) % n <= size  # edges j = i-1 .. i+size-1
+            delta[touching] = np.inf
+            i, j = np.unravel_index(int(delta.argmin()), delta.shape)
+            if delta[i, j] < best[0]:
+                best = (delta[i, j], (size, i, j, backwards[i, j] < forwards[i, j]))
+        if best[1] is None:
+            break
+        size, i, j, reverse = best[1]
+        order = np.roll(tour, -i)  # the segment first, then the rest in tour order
+        segment, rest = order[:size], order[size:].tolist()
+        at = rest.index(int(tour[j])) + 1  # insert after a[j]
+        tour = np.asarray(rest[:at] + (segment[::-1] if reverse else segment).tolist() + rest[at:], dtype=np.int64)
+    return tour
+
+
+def tsp_local_search(dist: np.ndarray, tour: np.ndarray, max_moves: int = 100_000) -> np.ndarray:
+    """2-opt and or-opt in turn until neither shortens ``tour``: a local optimum of both."""
+    def length(t):
+        return float(dist[t, np.roll(t, -1)].sum())
+
+    tour = np.asarray(tour, dtype=np.int64)
+    while True:
+        better = or_opt(dist, two_opt(dist, tour, max_moves), max_moves)
+        if length(better) >= length(tour) - EPS:
+            return better if length(better) <= length(tour) else tour
+        tour = better
+
+
 def routes_of(tour: np.ndarray, k: int) -> list[tuple[int, list[int]]]:
     """The routes of ``tour`` (actions: depots 0..k-1, customers from k; a depot action after
     customers ends a route, one before any starts the next route there): (depot, customers)."""
@@ -86,16 +134,17 @@ def local_search(dataset, index: int, tour: np.ndarray, seed: int = 0) -> np.nda
 
 
 def polish(solutions, max_moves: int = 100_000):
-    """``solutions`` with every solution polished: TSP tours by 2-opt on the instance's distances in
-    reported units (at most ``max_moves`` moves each), the others by ``local_search``. Costs are
+    """``solutions`` with every solution polished: TSP tours by 2-opt and or-opt (``tsp_local_search``)
+    on the instance's distances in reported units (at most ``max_moves`` moves per pass), the others
+    by ``local_search``. Costs are
     recomputed by the data's checker (``Dataset.reported_length``; a CVRP solution is validated
     first), and a polished solution that is not cheaper keeps the decoded one; ``seconds`` is the
-    polish's own time, ``decode`` named ``<decode> + 2-opt`` or ``<decode> + local search``."""
+    polish's own time, ``decode`` named ``<decode> + 2-opt + or-opt`` or ``<decode> + local search``."""
     start = time.perf_counter()
     tours, lengths = [], []
     for group, i, tour, length in solutions.items():
         if group.problem == "tsp":
-            better = two_opt(group.distance_matrix(i), tour, max_moves)
+            better = tsp_local_search(group.distance_matrix(i), tour, max_moves)
         else:
             better = local_search(group, i, tour)
             if group.problem == "cvrp":  # (the cost of the other problems validates the solution)
@@ -104,7 +153,7 @@ def polish(solutions, max_moves: int = 100_000):
         keep = group.problem != "tsp" and cost >= length
         tours.append(tour if keep else better)
         lengths.append(length if keep else cost)
-    name = "2-opt" if all(group.problem == "tsp" for group in solutions.groups) else "local search"
+    name = "2-opt + or-opt" if all(group.problem == "tsp" for group in solutions.groups) else "local search"
     return replace(
         solutions,
         tours=tours,

@@ -226,13 +226,50 @@ def test_two_opt_reaches_a_local_optimum_never_longer(n, seed):
             assert length(moved) >= length(better) - 1e-9
 
 
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 11), seed=st.integers(0, 2**16))
+def test_or_opt_and_the_tsp_local_search_reach_local_optima_never_longer(n, seed):
+    """On random symmetric matrices: or-opt leaves no segment of 1-3 nodes whose move to another edge,
+    forwards or reversed, shortens the tour, and the 2-opt + or-opt search leaves neither kind of
+    move (both checked by brute force, building every moved tour)."""
+    from ppoor.search.polish import or_opt, tsp_local_search
+
+    rng = np.random.default_rng(seed)
+    dist = rng.integers(1, 100, (n, n)).astype(float)
+    dist = np.triu(dist, 1) + np.triu(dist, 1).T
+    tour = rng.permutation(n)
+
+    def length(t):
+        return sum(dist[t[k], t[(k + 1) % len(t)]] for k in range(len(t)))
+
+    def segment_moves(t):
+        t = list(t)
+        for size in range(1, 4):
+            for i in range(n):
+                segment = [t[(i + k) % n] for k in range(size)]
+                rest = [v for v in t if v not in segment]
+                for at in range(1, len(rest) + 1):
+                    for part in (segment, segment[::-1]):
+                        yield rest[:at] + part + rest[at:]
+
+    for better in (or_opt(dist, tour), tsp_local_search(dist, tour)):
+        assert sorted(better.tolist()) == list(range(n)) and length(better) <= length(tour) + 1e-9
+        assert all(length(moved) >= length(better) - 1e-9 for moved in segment_moves(better) if n > 3)
+    both = tsp_local_search(dist, tour)
+    for i in range(n):
+        for j in range(i + 2, n):
+            if not (i == 0 and j == n - 1):
+                moved = np.concatenate([both[: i + 1], both[i + 1 : j + 1][::-1], both[j + 1 :]])
+                assert length(moved) >= length(both) - 1e-9
+
+
 def test_polish_is_its_own_row_and_its_lengths_are_checked(tsp):
     from ppoor.search.polish import polish
 
     coords = np.random.default_rng(11).random((4, 30, 2))
     decoded = tsp.solve(coords, references=np.full(4, 1.0))  # any positive references: gaps to compare
     polished = polish(decoded)
-    assert polished.decode == "greedy + 2-opt" and (polished.lengths <= decoded.lengths + 1e-9).all()
+    assert polished.decode == "greedy + 2-opt + or-opt" and (polished.lengths <= decoded.lengths + 1e-9).all()
     assert polished.lengths.mean() < decoded.lengths.mean()  # greedy TSP30 tours leave 2-opt moves
     for tour, length, points in zip(polished.tours, polished.lengths, coords, strict=True):
         assert check_tsp_actions([*tour, tour[0]], points) == pytest.approx(length, rel=1e-9)

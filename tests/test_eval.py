@@ -369,7 +369,7 @@ def test_polish_prints_its_own_row_and_writes_its_tours(tmp_path, small_checkpoi
     valid tours never longer than the decoded ones; a PDP model (no polish) is refused before decoding."""
     result = run(tmp_path, "--checkpoint", str(small_checkpoints["tsp"]), "--num-instances", "12", "--polish")
     out = capsys.readouterr().out
-    assert "greedy + 2-opt" in out
+    assert "greedy + 2-opt + or-opt" in out
     data = kool_dataset("tsp", 10, "test", 12)
     polished = result["polished"]
     for i, (tour, length) in enumerate(zip(polished["tours"], polished["lengths"], strict=True)):
