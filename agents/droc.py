@@ -13,10 +13,11 @@ code (PARTS): time windows bound the departure only and a duration limit counts 
 free within them, service counts in the objective, open starts and ends get a virtual depot, prizes
 not collected are penalties, and a demand at a depot is loaded on the one vehicle based there
 (stated in the description); depot loading docks (RC) keep a dock busy from each departure and
-from each return. A problem our solver finds infeasible is refused, with a proof where a simple
-bound gives one. The reference is
-recomputed with our solver; DRoC's published ``optimal`` is kept beside it, and where it lies below
-ours, the stated constraint whose omission explains it is named (``ignored_constraints``).
+from each return. The reference is recomputed with our solver, and CP-SAT (``agents.proof``) then
+tries to prove it optimal, or the problem infeasible; a problem without a solution is refused, with
+a proof where CP-SAT or a simple bound gives one. DRoC's published ``optimal`` is kept beside ours,
+and where it lies below ours, the stated constraint whose omission explains it is named
+(``ignored_constraints``).
 
     python -m ppoor.agents.droc DROC/problems --out droc_problems   # our JSON, one file per problem
     python eval_rlea.py --problems droc_problems --methods standard ...
@@ -155,9 +156,11 @@ def problem_code(names: dict, path: Path) -> str:
     return path.stem.upper()
 
 
-def droc_problem(path: str | Path, seconds: float = 2.0) -> dict:
+def droc_problem(path: str | Path, seconds: float = 2.0, prove_seconds: float = 0.0) -> dict:
     """Our problem (name, families, description, signature, instance, reference) for a DRoC file;
-    DRoCError with the reason where its semantics or instance cannot be stated in our format."""
+    DRoCError with the reason where its semantics or instance cannot be stated in our format, or
+    where it has no solution. The reference: OR-Tools for ``seconds``, then CP-SAT for
+    ``prove_seconds`` to prove it optimal (or the problem infeasible)."""
     path = Path(path)
     names = read_droc(path)
     code = problem_code(names, path)
@@ -180,9 +183,11 @@ def droc_problem(path: str | Path, seconds: float = 2.0) -> dict:
         raise DRoCError(f"{path.name}: a matrix of {len(instance['distance'])} node(s)")
     published = names.get("optimal")
     published = published if isinstance(published, int | float) and not isinstance(published, bool) else None
-    answer = solve_reference(families, instance, seconds)
-    if answer is None:
-        why = infeasible(families, instance) or f"our solver found no solution in {seconds:g} s (not proven infeasible)"
+    answer = solve_reference(families, instance, seconds, prove_seconds)
+    if answer is None or answer.get("infeasible"):
+        why = infeasible(families, instance) or (
+            f"infeasible as stated: CP-SAT proves that no solution exists ({prove_seconds:g} s)" if answer
+            else f"our solver found no solution in {seconds:g} s (not proven infeasible)")  # fmt: skip
         ignores = ignored_constraints(families, instance, published, seconds) if published is not None else []
         raise DRoCError(f"{path.name} ({code}): {why}" + (
             f"; DRoC's published {published:g} is what the problem gives without its {', '.join(ignores)}"
@@ -369,6 +374,9 @@ def comparison(reference: dict) -> str:
     if reference.get("published_ignores"):
         return text + (f" (ours is {differ:.1%} higher: DRoC's value is what the problem gives without its "
                        f"{', '.join(reference['published_ignores'])}; with it ours stands)")  # fmt: skip
+    if reference.get("optimal"):
+        return text + (f" (ours is {differ:.1%} higher and proven optimal: DRoC's value breaks a stated constraint "
+                       "or solves another problem)")  # fmt: skip
     return text + f" (ours is {differ:.1%} higher, and no stated constraint left out explains it: check both)"
 
 
@@ -377,12 +385,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("folder", help="a DRoC checkout's problems/ folder (or any folder of files in its layout)")
     parser.add_argument("--out", required=True, help="the folder to write one JSON problem file per mapped problem")
     parser.add_argument("--seconds", type=float, default=2.0, help="our reference solver's time per problem")
+    parser.add_argument("--prove-seconds", type=float, default=10.0,
+                        help="CP-SAT's time per problem to prove the reference optimal or the problem infeasible (0: none)")
     args = parser.parse_args(argv)
     folder, out = Path(args.folder), Path(args.out)
     if not folder.is_dir():
         sys.exit(f"error: {folder} is not a folder of DRoC problem files")
     if not 0.01 <= args.seconds <= 3600:
         sys.exit(f"error: --seconds must be in 0.01..3600, got {args.seconds}")
+    if not 0 <= args.prove_seconds <= 3600:
+        sys.exit(f"error: --prove-seconds must be in 0..3600, got {args.prove_seconds}")
     files = sorted(folder.glob("*.py"))
     if not files:
         sys.exit(f"error: {folder} holds no .py files")
@@ -390,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
     written, refused = 0, []
     for file in files:
         try:
-            problem = droc_problem(file, args.seconds)
+            problem = droc_problem(file, args.seconds, args.prove_seconds)
         except DRoCError as exc:
             refused.append(str(exc))
             continue

@@ -36,6 +36,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+from ppoor.agents.proof import prove
 from ppoor.agents.reference import held_karp, ortools_routes
 from ppoor.agents.verify import SUCCESS_GAP, check_answer
 
@@ -375,12 +376,22 @@ def binding(families: list[str], instance: dict, reference: float, seconds: floa
     return out
 
 
-def solve_reference(families: list[str], instance: dict, seconds: float) -> dict | None:
-    """The reference answer: Held-Karp (optimal) for the plain TSP, OR-Tools for the rest."""
+def solve_reference(families: list[str], instance: dict, seconds: float, prove_seconds: float = 0.0) -> dict | None:
+    """The reference answer: Held-Karp (optimal) for the plain TSP, OR-Tools for the rest; with
+    ``prove_seconds``, CP-SAT (``agents.proof``) then tries to prove it optimal, and its proven
+    optimum replaces OR-Tools' answer (``optimal`` true). None where no solution is known; a
+    ``{"infeasible": True}`` where CP-SAT proves that none exists."""
     if families == ["tsp"]:
         length, tour = held_karp(instance["distance"])
         return {"objective": float(length), "routes": [tour], "solver": "held-karp", "optimal": True}
     found = ortools_routes(instance, families, seconds)
+    proof = prove(instance, families, prove_seconds) if prove_seconds > 0 else None
+    if proof is not None and proof.status == "infeasible":
+        return {"infeasible": True, "solver": f"cp-sat proof ({prove_seconds:g} s)"}
+    if proof is not None and proof.status == "optimal":
+        found, solver = (proof.routes, None), f"cp-sat, proven optimal ({prove_seconds:g} s)"
+    else:
+        solver = f"ortools guided local search {seconds:g} s"
     if found is None:
         return None
     routes, times = found
@@ -392,8 +403,8 @@ def solve_reference(families: list[str], instance: dict, seconds: float) -> dict
         "objective": verdict.objective,
         "routes": routes,
         **({"times": times} if times is not None else {}),
-        "solver": f"ortools guided local search {seconds:g} s",
-        "optimal": False,
+        "solver": solver,
+        "optimal": proof is not None and proof.status == "optimal",
     }
 
 

@@ -216,3 +216,19 @@ def test_depot_docks_map_and_a_limit_params_dict_forgot_is_read_from_the_file(tm
     assert instance["max_route_duration"] == 80 and reference["filled_from_file"] == ["duration_limit"]
     assert "returns (objective, routes, times)" in problem["description"] and "times" in problem["signature"]
     assert reference["objective"] == 80 and len(reference["times"]) == 2
+
+
+def test_cp_sat_proves_the_reference_optimal_or_the_problem_infeasible(tmp_path):
+    """VRPL on a line, where the one tour 0-1-2-3-4-0 (80) fits the limit 80, proven optimal; a VRPTW whose node 4 (40 minutes away) must be served by minute 5 proven infeasible,
+    where no simple bound decides it."""
+    params = "'time_matrix': problem, 'num_vehicle': 4, 'depot': 0, 'duration_limit': 80"
+    vrpl = droc_file(tmp_path, "VRPL", layout("Vehicle Routing Problem with Duration Limit (VRPL)", params, 80))
+    problem = droc_problem(vrpl, seconds=0.5, prove_seconds=10.0)
+    assert problem["reference"]["optimal"] and problem["reference"]["objective"] == 80
+    assert "cp-sat, proven optimal" in problem["reference"]["solver"]
+    assert not droc_problem(vrpl, seconds=0.5)["reference"]["optimal"]  # without the proof: OR-Tools' best
+    windows = "time_windows = [(0, 5), (0, 100), (0, 100), (0, 100), (0, 5)]\n"
+    params = "'time_matrix': problem, 'time_windows': time_windows, 'num_vehicle': 2, 'depot': 0"
+    late = droc_file(tmp_path, "VRPTW", layout("Vehicle Routing Problem with Time Windows (VRPTW)", params, 80, windows))
+    with pytest.raises(DRoCError, match="infeasible as stated: CP-SAT proves that no solution exists"):
+        droc_problem(late, seconds=0.5, prove_seconds=10.0)

@@ -180,3 +180,42 @@ def test_the_docks_agree_with_counting_every_minute(starts, docks, load, unload)
     crowded = any(sum(a <= t < b for a, b in busy) > docks for t in range(0, 120))
     verdict = check_answer(instance, ["time_windows", "depot_docks"], THREE, 30, times)
     assert verdict.valid == (not crowded), (verdict.violations, times)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_cp_sat_proves_the_checkers_optimum_on_tiny_instances(data):
+    """agents/proof.py, a CP-SAT model written apart from the checker: on instances of 4 customers
+    and 2 vehicles, with windows, service and the settings drawn, and capacity, a route limit,
+    prizes or pickup and delivery added at random, it proves the optimum the checker finds over every
+    solution (or proves that none exists), and its routes pass the checker at that cost."""
+    from ppoor.agents.proof import prove
+
+    families, instance = tiny_instance(data.draw, 4, 2)
+    extra = data.draw(st.sampled_from(["", "capacity", "distance_limit", "prize", "pickup_delivery"]))
+    if extra == "capacity":
+        instance["demand"], instance["capacity"] = [0, *data.draw(st.lists(st.integers(1, 5), min_size=4, max_size=4))], 7
+    elif extra == "distance_limit":
+        instance["max_route_distance"] = data.draw(st.integers(10, 40))
+    elif extra == "prize":
+        instance["penalty"] = [0, *data.draw(st.lists(st.integers(0, 30), min_size=4, max_size=4))]
+    elif extra == "pickup_delivery":
+        instance["pickup_delivery_pairs"] = [[1, 2], [4, 3]]
+    families = families + ([extra] if extra else [])
+    assert instance_error(instance, families) is None
+    closed = "open" not in families
+    best = None
+    for parts in every_solution(4, 2):
+        for kept in itertools.product(*[[True, False] if extra == "prize" else [True]] * 4):
+            drop = {c for c, keep in zip(range(1, 5), kept, strict=True) if not keep}
+            routes = [[0, *[c for c in p if c not in drop]] for p in parts]
+            routes = [r + ([0] if closed else []) if len(r) > 1 else [] for r in routes]
+            verdict = check_answer(instance, families, routes, 0)
+            if not [v for v in verdict.violations if not v.startswith("the reported objective")]:
+                best = verdict.objective if best is None else min(best, verdict.objective)
+    proof = prove(instance, families, 20.0)
+    if best is None:
+        assert proof.status == "infeasible"
+    else:
+        assert proof.status == "optimal" and proof.objective == best, (proof, best)
+        assert check_answer(instance, families, proof.routes, best).valid
