@@ -31,10 +31,14 @@ def solve(instance):
         unloads = [solver.FixedDurationIntervalVar(time.CumulVar(routing.End(v)), instance["unload_time"], "unload")
                    for v in range(k)]
         solver.Add(solver.Cumulative(loads + unloads, [1] * (2 * k), instance["docks"], "docks"))
+    # the first-solution heuristics rarely satisfy the docks at once: every visit may be skipped at a
+    # prohibitive price, and the local search brings them all in
+    for customer in range(1, len(d)):
+        routing.AddDisjunction([manager.NodeToIndex(customer)], 10**7)
     params = pywrapcp.DefaultRoutingSearchParameters()
-    params.first_solution_strategy = routing_enums_pb2.FirstSolutionStrategy.PARALLEL_CHEAPEST_INSERTION
+    params.first_solution_strategy = routing_enums_pb2.FirstSolutionStrategy.PATH_CHEAPEST_ARC
     params.local_search_metaheuristic = routing_enums_pb2.LocalSearchMetaheuristic.GUIDED_LOCAL_SEARCH
-    params.time_limit.FromMilliseconds(500)
+    params.time_limit.FromMilliseconds(1000)
     solution = routing.SolveWithParameters(params)
     routes, times = [], []
     for v in range(k):
