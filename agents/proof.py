@@ -137,4 +137,6 @@ def prove(instance: dict, families: list[str], seconds: float, workers: int = 1)
             route.append(here)
             here = successor[here]
         routes.append([] if len(route) == 1 else route + ([homes[k]] if closed else []))
-    return Proof("optimal" if status == cp_model.OPTIMAL else "unknown", solver.ObjectiveValue(), routes)
+    # every cost is an integer; CP-SAT reports the objective as a double (1 came back as 0.9999999999999998
+    # with the prizes' constant term)
+    return Proof("optimal" if status == cp_model.OPTIMAL else "unknown", round(solver.ObjectiveValue()), routes)

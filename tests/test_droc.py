@@ -192,7 +192,7 @@ def test_the_importer_writes_problems_eval_rlea_reads(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "TSP.py: droc-tsp (tsp), our reference 80 (proven optimal); DRoC's optimal 80" in run.stdout
-    assert "OVRP.py: droc-ovrp (open), our reference 30; DRoC's optimal 40 (ours is 25.0% lower" in run.stdout
+    assert "OVRP.py: droc-ovrp (open), our reference 30 (proven optimal); DRoC's optimal 40 (ours is 25.0% lower" in run.stdout
     assert "2 of 2 DRoC problems written" in run.stdout
     _, problem = load_problems(out)  # sorted by file name: droc-ovrp, droc-tsp
     assert problem["name"] == "droc-tsp" and json.loads((out / "droc-tsp.json").read_text())["reference"]["optimal"]

@@ -219,3 +219,21 @@ def test_cp_sat_proves_the_checkers_optimum_on_tiny_instances(data):
     else:
         assert proof.status == "optimal" and proof.objective == best, (proof, best)
         assert check_answer(instance, families, proof.routes, best).valid
+
+
+def test_cp_sat_reports_an_integer_objective_with_prizes():
+    """The example hypothesis found: windows [0, 0] everywhere leave only node 2 (at the depot's
+    place) servable; leaving nodes 1, 3, 4 costs their prizes 0 + 0 + 1. CP-SAT said
+    0.9999999999999998 (a double, the prizes' constant term), and the proof compared it with 1."""
+    from ppoor.agents.proof import prove
+
+    d = [[abs(a[0] - b[0]) + abs(a[1] - b[1]) for b in POINTS] for a in POINTS]
+    instance = {"distance": d, "depots": [0], "num_vehicles": 2, "vehicle_depots": [0, 0],
+                "time_windows": [[0, 0]] * 5, "service_time": [0] * 5, "penalty": [0, 0, 3, 0, 1]}  # fmt: skip
+    families = ["time_windows", "service_time", "prize"]
+    proof = prove(instance, families, 10.0)
+    assert proof.status == "optimal" and proof.objective == 1 and isinstance(proof.objective, int)
+    assert check_answer(instance, families, proof.routes, 1).valid
+
+
+POINTS = [(1, 1), (0, 0), (1, 1), (0, 0), (0, 0)]
