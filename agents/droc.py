@@ -9,7 +9,7 @@ anything else (another call, an import, an attribute) is refused with the line i
 is data, never code.
 
 ``droc_problem`` maps a DRoC problem to our format (``agents/problems.py``) part by part of its
-code (PARTS): time windows bound the departure only and a duration limit counts from a departure
+code (``droc_instance``): time windows bound the departure only and a duration limit counts from a departure
 free within them, service counts in the objective, open starts and ends get a virtual depot, prizes
 not collected are penalties, and a demand at a depot is loaded on the one vehicle based there
 (stated in the description); depot loading docks (RC) keep a dock busy from each departure and
@@ -34,20 +34,6 @@ from pathlib import Path
 
 from ppoor.agents.problems import describe, instance_error, is_int, relax, signature_of, solve_reference
 from ppoor.agents.reference import per_vehicle
-
-PARTS = {  # DRoC's code parts (``code_parts``) -> how our format says them
-    "TSP": "one vehicle (the tsp family)",
-    "VRP": "a fleet from depot 0",
-    "PDP": "pickup_delivery: each pair on one route, the pickup first",
-    "C": "capacity (one per vehicle)",
-    "O": "open: a virtual depot (node 0, at distance 0 from every node) so a route starts and ends anywhere",
-    "TW": "time_windows; the depot's window bounds the departure only (depot_window: departure)",
-    "S": "service_time; the objective is driving plus service (objective: time)",
-    "L": "max_route_distance without times; with windows or service, max_route_duration (return minus a free departure)",
-    "MD": "multi_depot: each vehicle returns to where it starts",
-    "PC": "prize: a prize not collected is a penalty added to the objective; max_distance or max_duration as L",
-    "RC": "depot_docks: vehicle_load_time from each departure, vehicle_unload_time from each return, depot_capacity docks",
-}
 
 
 class DRoCError(ValueError):

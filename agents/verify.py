@@ -198,10 +198,7 @@ def schedule_problems(instance: dict, fams: set[str], k: int, route: list[int]) 
     else:
         start = latest_departure(instance, fams, route)
         if start is None:
-            _, late = simulate(instance, fams, route, windows[route[0]][0])
-            node, t = late
-            what = "returns to depot" if node == route[0] else "starts serving"
-            return [f"route {k} {what} {node} at time {t}, after its window closes at {windows[node][1]}"]
+            return [window_violation(k, route, simulate(instance, fams, route, windows[route[0]][0])[1], windows)]
     limit = instance.get("max_route_duration")
     if limit is not None:
         end, _ = simulate(instance, fams, route, start)
@@ -231,6 +228,13 @@ def simulate(instance: dict, fams: set[str], route: list[int], departure: int) -
     if route[-1] != route[0] and service:
         t += service[route[-1]]  # an open route ends when its last service ends
     return t, late
+
+
+def window_violation(k: int, route: list[int], late: tuple[int, int], windows: list, leaving: str = "") -> str:
+    """The line for vehicle k's ``route`` reaching node ``late[0]`` at ``late[1]``, after its window."""
+    node, t = late
+    what = "returns to depot" if node == route[0] else "starts serving"
+    return f"route {k}{leaving} {what} {node} at time {t}, after its window closes at {windows[node][1]}"
 
 
 def latest_departure(instance: dict, fams: set[str], route: list[int]) -> int | None:
@@ -276,9 +280,7 @@ def timed_problems(instance: dict, fams: set[str], k: int, route: list[int], dep
         return [f"route {k} leaves depot {depot} at {departure}, outside its window {windows[depot]}"]
     earliest, late = simulate(instance, fams, route, departure)
     if late is not None:
-        node, t = late
-        what = "returns to depot" if node == depot else "starts serving"
-        return [f"route {k} leaving at {departure} {what} {node} at time {t}, after its window closes at {windows[node][1]}"]
+        return [window_violation(k, route, late, windows, f" leaving at {departure}")]
     if back < earliest:
         return [f"route {k} is back at {back}, before it can be (leaving at {departure}, the earliest is {earliest})"]
     if instance.get("depot_window") != "departure" and back > windows[depot][1]:
