@@ -152,35 +152,38 @@ def main(args: Args, given: set[str] | None = None) -> None:
     classifier = load_release_classifier(ckpt)
     train_args = ckpt["args"]
     depth, radius = train_args["tree_depth"], train_args["comm_radius"]
-    safety, wait = train_args.get("safety", False), train_args.get("wait", False)
+    safety, wait, veto = train_args.get("safety", False), train_args.get("wait", False), train_args.get("veto", "path")
     max_active = args.max_active or train_args["max_active"]
     release_active = max_active or 5
     threshold = args.threshold if args.threshold is not None else ckpt.get("release_threshold", 0.5)
     print(
         f"policy {checkpoint} (trained on {train_args['width']}x{train_args['height']} with {train_args['trains']} "
-        f"trains{', safety layer' if safety else ''}{', waiting allowed' if wait else ''}), {args.episodes} maps per "
+        f"trains{', safety layer' if safety else ''}{', waiting allowed' if wait else ''}"
+        f"{', segment veto' if veto == 'segment' else ''}), {args.episodes} maps per "
         f"size from seed {args.seed}, release {max_active or 'all'} at a time"
         + (f", learned release threshold {threshold:g}" if classifier is not None else "")
     )
     results = []
     for width, height, trains in sizes:
-        rules = {  # name: (rule, trains at once, release rule, safety layer, waiting allowed)
-            "policy": (policy_rule(policy), max_active, None, safety, wait),
-            "shortest_path": (shortest_path_rule, None, None, False, False),
-            "shortest_path_release": (shortest_path_rule, release_active, None, False, False),
-            "random": (random_rule(np.random.default_rng(args.seed)), None, None, False, False),
+        rules = {  # name: (rule, trains at once, release rule, safety layer, waiting allowed, veto)
+            "policy": (policy_rule(policy), max_active, None, safety, wait, veto),
+            "shortest_path": (shortest_path_rule, None, None, False, False, "path"),
+            "shortest_path_release": (shortest_path_rule, release_active, None, False, False, "path"),
+            "random": (random_rule(np.random.default_rng(args.seed)), None, None, False, False, "path"),
         }
         if classifier is not None:
             release = learned_release(classifier, depth, threshold)
-            rules["policy_learned_release"] = (policy_rule(policy), None, release, safety, wait)
-        if safety:
-            rules[ABLATION] = (shortest_path_rule, max_active, None, True, False)
+            rules["policy_learned_release"] = (policy_rule(policy), None, release, safety, wait, veto)
+        if safety:  # the layer alone: the reservation check over the whole path, whatever the policy's veto
+            rules[ABLATION] = (shortest_path_rule, max_active, None, True, False, "path")
         rules = {name: rule for name, rule in rules.items() if name in args.rules}
         row = {"width": width, "height": height, "trains": trains, "episodes": args.episodes}
-        for name, (rule, active, release, guarded, waits) in rules.items():
+        for name, (rule, active, release, guarded, waits, vetoes) in rules.items():
             drawn = name == "policy" and args.render and not results  # the first size's first map
             active = min(active, trains) if active else None
-            env = RailDecisionEnv(width, height, trains, max_active=active, safety=guarded, record=drawn, wait=waits)
+            env = RailDecisionEnv(
+                width, height, trains, max_active=active, safety=guarded, record=drawn, wait=waits, veto=vetoes
+            )
             played = []
             for k in range(args.episodes):
                 played.append(play(env, args.seed + k, rule, depth, radius, release_rule=release))

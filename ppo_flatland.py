@@ -37,6 +37,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -99,6 +100,11 @@ class Args:
     wait: bool = False
     """with the safety layer, a deciding train may also stop while a branch is clear (the layer then only vetoes
     moves into head-on conflicts; waiting for a train to pass is the policy's choice)"""
+    veto: Literal["path", "segment"] = "path"
+    """what the safety layer forbids: "path", a branch whose path to the target is not clear (the reservation
+    check); "segment", only a branch whose next segment (up to the next switch) holds a train coming head-on,
+    stopping always allowed: the reservation check then only proposes (the residual's prior), so PPO may
+    break its knots"""
     prior_weight: float = 0.0
     """residual policy: add this x the one-hot choice of the safety layer's shortest-path rule to the actor's
     logits, so the untrained policy plays that rule and PPO learns where to differ (0 = a plain policy)"""
@@ -199,6 +205,8 @@ def check_args(args: Args) -> None:
         problems.append("--imitation-episodes imitates the safety layer's rule: drop --no-safety")
     if args.wait and not args.safety:
         problems.append("--wait lets the safety layer's trains stop while a move is clear: drop --no-safety")
+    if args.veto != "path" and not args.safety:
+        problems.append("--veto is a setting of the safety layer: drop --no-safety")
     fail(problems)
     try:
         make_env(args)
@@ -340,7 +348,7 @@ def resolve_args(args: Args, given: set[str] | None = None) -> tuple[Args, dict 
     line) and the checkpoint resumed from; exits with one line naming the argument otherwise."""
     ckpt = None
     if args.resume:  # older runs had no safety layer
-        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, {"safety": False}, "ppo_flatland.py")
+        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, {"safety": False, "veto": "path"}, "ppo_flatland.py")
         if ckpt.get("problem") != "rail":
             sys.exit(f"error: --resume: {args.resume} is not a ppo_flatland.py training checkpoint")
     check_args(args)

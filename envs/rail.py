@@ -22,7 +22,11 @@ a deadlock, and a scheduler releases a few trains at a time.
   in the same step are checked one after another and a move no longer clear becomes a stop; a
   released train enters the map only when its path is clear.
   With ``wait=True`` the layer is a veto only: a deciding train may also stop while a branch is
-  clear (waiting for a train to pass is then the policy's choice, not the layer's).
+  clear (waiting for a train to pass is then the policy's choice, not the layer's). With
+  ``veto="segment"`` it vetoes only head-on conflicts of the next segment (up to the next switch)
+  and a train may always stop; the reservation check of the whole path then only proposes
+  (``reservation_mask``, the prior of a residual policy), so a policy may break a knot of
+  reservations. Trains enter the map under the reservation check either way.
 - Each train draws a random id in [0, 1] per episode (``ids``): it orders the safety checks and
   enters the observation (it lets trains settle who yields).
 
@@ -35,7 +39,7 @@ import time
 import warnings
 
 import numpy as np
-from ppoor.envs.rail_safety import PathBook, clear_to_enter, safe_actions, shield
+from ppoor.envs.rail_safety import VETOES, PathBook, clear_to_enter, safe_actions, shield
 from ppoor.envs.rail_track import (
     ACTIONS,
     DO_NOTHING,
@@ -126,12 +130,18 @@ class RailDecisionEnv:
         safety: bool = False,
         record: bool = False,
         wait: bool = False,
+        veto: str = "path",
     ):
         if max_active is not None and max_active < 1:
             raise ValueError(f"max_active must be at least 1, got {max_active}")
+        if veto not in VETOES:
+            raise ValueError(f"veto must be one of {sorted(VETOES)}, got {veto!r}")
+        if veto != "path" and not safety:
+            raise ValueError(f"veto {veto!r} is a setting of the safety layer: it needs safety=True")
         self.width, self.height, self.trains, self.cities = width, height, trains, cities
         self.max_active = max_active or trains
-        self.safety, self.wait = safety, wait
+        self.safety, self.veto = safety, veto
+        self.wait = wait or veto == "segment"  # under the segment veto stopping is always the policy's choice
         self.record = record  # keep every train's cell after each simulator step in ``paths`` (for pictures)
         self.paths = None
         check_map(width, height, trains, cities)  # fails early on impossible arguments
@@ -223,7 +233,16 @@ class RailDecisionEnv:
         if not self.safety:
             return np.ones((self.trains, 3), dtype=bool)
         deciding = self.deciding() if deciding is None else deciding
-        return safe_actions(self.book, deciding, occupancy(self.env), self.wait)
+        return safe_actions(self.book, deciding, occupancy(self.env), self.wait, self.veto)
+
+    def reservation_mask(self, deciding: np.ndarray | None = None) -> np.ndarray:
+        """bool [T, 3]: the moves the reservation check of the whole path allows (stop only when none
+        is): the layer's own choices, which ``shortest_path_actions`` turns into its rule whatever the
+        veto (``action_mask`` without the safety layer)."""
+        if not self.safety:
+            return self.action_mask(deciding)
+        deciding = self.deciding() if deciding is None else deciding
+        return safe_actions(self.book, deciding, occupancy(self.env))
 
     def shortest_path_actions(self, mask: np.ndarray, deciding: np.ndarray) -> np.ndarray:
         """actions [T]: each deciding train (``deciding`` [T] bool) takes the branch on its shortest path
@@ -255,7 +274,7 @@ class RailDecisionEnv:
         steps = self.simulator_steps
         actions = np.asarray(actions)
         if self.safety:
-            actions = shield(self.book, actions, deciding, occupancy(self.env), self.ids)
+            actions = shield(self.book, actions, deciding, occupancy(self.env), self.ids, self.veto)
         self.simulate(self.simulator_actions(deciding, actions), rewards)
         self.advance(rewards)
         # distance progress is paid at each decision: since this train's previous decision

@@ -15,6 +15,12 @@ their moves one after another (highest random id first), each against the cells 
 move into, and turns a move that is no longer clear into a stop. Trains entering the map are checked
 the same way (``clear_to_enter``).
 
+Two vetoes (``VETOES``): ``"path"``, the reservation check above (``clear``), and ``"segment"``
+(``segment_clear``): only the head-on conflicts of the next segment, a move into track up to the
+next switch on which a train is coming the other way, which no later decision can undo. The second
+leaves the trains free to break a knot of reservations (each waiting for a train on its reserved
+path that waits for it), at the risk of a deadlock further on.
+
 Shapes: T trains; ``ACTIONS`` of ``envs.rail``: stop, left branch, right branch.
 """
 
@@ -80,6 +86,30 @@ def clear(book: PathBook, handle: int, path: tuple, occupied: dict) -> bool:
     return True
 
 
+def segment_clear(book: PathBook, handle: int, path: tuple, occupied: dict) -> bool:
+    """Whether train ``handle`` may enter ``path`` under the segment veto: the path reaches the target
+    and no train stands on its next segment heading the other way with its own path through the cell
+    entered (``path[0]``; a train that arrives or turns off before it is no conflict). The next
+    segment: the path's cells up to and including the first where the train has a choice of exit
+    (a switch merging into its track does not end it: the train cannot leave there)."""
+    if not path:
+        return False
+    entered = path[0][0]
+    for cell, heading in path:
+        other = occupied.get(cell)
+        if other is not None and other[0] != handle and other[1] != heading:
+            if cell == entered or entered in {c for c, _ in book.path(other[0], cell, other[1])}:
+                return False
+        if book.is_switch(cell) and len(exits(book.env, cell, heading)) > 1:
+            return True
+    return True
+
+
+VETOES = {"path": clear, "segment": segment_clear}
+"""The moves a layer forbids: the reservation check of the whole path, or head-on conflicts of the next
+segment only."""
+
+
 def move_path(book: PathBook, handle: int, action: int) -> tuple:
     """The path (from the next cell) of a train on the map taking ``action`` (left / right branch)."""
     env = book.env
@@ -90,29 +120,33 @@ def move_path(book: PathBook, handle: int, action: int) -> tuple:
     return ((cell, way),) + book.path(handle, cell, way)
 
 
-def safe_actions(book: PathBook, deciding: np.ndarray, occupied: dict, wait: bool = False) -> np.ndarray:
+def safe_actions(
+    book: PathBook, deciding: np.ndarray, occupied: dict, wait: bool = False, veto: str = "path"
+) -> np.ndarray:
     """bool [T, 3]: the allowed actions of each deciding train: left / right branch when the path
-    through that branch is clear, stop only when neither is (a train keeps moving while it can: in a
-    time-limited episode every step stood still is lost), or always with ``wait`` (the layer only
-    vetoes moves); every action for the other trains."""
+    through that branch is clear (``VETOES[veto]``), stop only when neither is (a train keeps moving
+    while it can: in a time-limited episode every step stood still is lost), or always with ``wait``
+    (the layer only vetoes moves); every action for the other trains."""
     out = np.ones((len(deciding), 3), dtype=bool)
     for handle in np.flatnonzero(deciding):
         for action in (LEFT, RIGHT):
-            out[handle, action] = clear(book, handle, move_path(book, handle, action), occupied)
+            out[handle, action] = VETOES[veto](book, handle, move_path(book, handle, action), occupied)
         out[handle, STOP] = wait or not out[handle, [LEFT, RIGHT]].any()
     return out
 
 
-def shield(book: PathBook, actions: np.ndarray, deciding: np.ndarray, occupied: dict, ids: np.ndarray) -> np.ndarray:
-    """``actions`` [T] with every deciding train's move that is not clear, given the moves of the
-    deciding trains before it (by decreasing ``ids`` [T]), turned into STOP. ``occupied`` gains the
-    cells the moving trains enter."""
+def shield(
+    book: PathBook, actions: np.ndarray, deciding: np.ndarray, occupied: dict, ids: np.ndarray, veto: str = "path"
+) -> np.ndarray:
+    """``actions`` [T] with every deciding train's move that is not clear (``VETOES[veto]``), given the
+    moves of the deciding trains before it (by decreasing ``ids`` [T]), turned into STOP. ``occupied``
+    gains the cells the moving trains enter."""
     out = np.array(actions, copy=True)
     for handle in sorted(np.flatnonzero(deciding), key=lambda h: -ids[h]):
         if out[handle] == STOP:
             continue
         path = move_path(book, handle, int(out[handle]))
-        if clear(book, handle, path, occupied):
+        if VETOES[veto](book, handle, path, occupied):
             occupied[path[0][0]] = (handle, path[0][1])
         else:
             out[handle] = STOP

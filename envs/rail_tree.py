@@ -151,7 +151,8 @@ def observe(wrapper, depth: int, ids: np.ndarray, radius: int) -> dict:
     """Every train's observation in one env: edges [T, S, len(EDGE_FEATURES)], globals
     [T, len(GLOBAL_FEATURES)], deciding [T] bool (must act now), mask [T, 3] bool (the actions the
     safety layer allows), prior [T, 3] float (one-hot: the action of the shortest-path rule within that
-    mask, ``RailDecisionEnv.shortest_path_actions``; zeros for trains not deciding), active [T] bool
+    mask, ``RailDecisionEnv.shortest_path_actions``, or within the reservation check's mask under the
+    segment veto: the layer's own rule either way; zeros for trains not deciding), active [T] bool
     (released and unfinished) and neighbors [T, T] bool (active trains whose cells, or start cells
     while off the map, lie within ``radius`` cells (Manhattan) of each other, self included: the
     trains whose messages each train receives)."""
@@ -169,8 +170,9 @@ def observe(wrapper, depth: int, ids: np.ndarray, radius: int) -> dict:
     near = np.abs(where[:, None] - where[None]).sum(-1) <= radius
     deciding = wrapper.deciding()
     mask = wrapper.action_mask(deciding)
+    proposed = mask if wrapper.veto == "path" else wrapper.reservation_mask(deciding)
     prior = np.zeros((trains, 3), dtype=np.float32)
-    prior[deciding, wrapper.shortest_path_actions(mask, deciding)[deciding]] = 1.0
+    prior[deciding, wrapper.shortest_path_actions(proposed, deciding)[deciding]] = 1.0
     return {
         "edges": edges,
         "globals": globs,

@@ -102,6 +102,31 @@ def test_eval_plays_only_the_rules_asked_for_with_the_chosen_threshold(tiny_run,
     assert not {"policy", "random", "deadlock_avoidance", "lead_over_best_baseline"} & set(row)
 
 
+def test_a_segment_veto_run_trains_and_evaluates_beside_the_layer_alone(tmp_path):
+    """--veto segment (issue 34's second track): a residual policy trains under the weaker veto, its
+    checkpoint says so, and eval_flatland.py plays it with that veto beside the layer alone (the
+    reservation check), both on the same map."""
+    import torch
+
+    result = run(
+        "ppo_flatland.py", "--veto", "segment", "--prior-weight", "2", "--num-envs", "2", "--total-timesteps", "40",
+        "--eval-interval", "0", "--eval-episodes", "1", "--release-episodes", "0", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    ckpt = sorted((run_dir / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1]
+    assert torch.load(ckpt, weights_only=True)["args"]["veto"] == "segment"
+    out = tmp_path / "eval.json"
+    result = run(
+        "eval_flatland.py", "--checkpoint", str(ckpt), "--sizes", "25x25x5", "--episodes", "1", "--rules", "policy",
+        "shortest_path_safety", "--output", str(out), cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "segment veto" in result.stdout
+    (row,) = json.loads(out.read_text())
+    assert 0 <= row["policy"]["arrival_rate"] <= 1 and "lead_over_safety_layer_alone" in row
+
+
 @pytest.mark.parametrize(
     ("script", "args", "message"),
     [
@@ -121,6 +146,7 @@ def test_eval_plays_only_the_rules_asked_for_with_the_chosen_threshold(tiny_run,
         ("eval_flatland.py", ["--rules", "policy", "best"], "--rules best: unknown; choose from policy"),
         ("eval_flatland.py", ["--rules"], "--rules: name at least one of policy"),
         ("ppo_flatland.py", ["--wait", "--no-safety"], "drop --no-safety"),
+        ("ppo_flatland.py", ["--veto", "segment", "--no-safety"], "--veto is a setting of the safety layer"),
         ("ppo_flatland.py", ["--prior-weight", "nan"], "--prior-weight must be"),
         ("eval_flatland.py", ["--output", "/no/such/folder/x.json"], "does not exist"),
         ("eval_flatland.py", ["--checkpoint", "missing.pt"], "does not exist"),

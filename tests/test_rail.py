@@ -203,7 +203,7 @@ def test_impossible_maps_fail_with_one_line(kwargs, message):
     assert "\n" not in str(error.value)
 
 
-def observed(env, trains, ids=None, depth=2):
+def observed(env, trains, ids=None, depth=2, veto="path"):
     """observe() of a RailDecisionEnv-like holder around a raw simulator with trains placed by hand."""
     from ppoor.envs.rail_tree import observe
 
@@ -213,7 +213,8 @@ def observed(env, trains, ids=None, depth=2):
     holder.released = np.ones(holder.trains, dtype=bool)
     holder.arrived = np.zeros(holder.trains, dtype=bool)
     holder.deadlocked = np.zeros(holder.trains, dtype=bool)
-    holder.safety, holder.wait, holder.ids = True, False, np.linspace(0.1, 0.9, holder.trains)
+    holder.safety, holder.wait, holder.ids = True, veto == "segment", np.linspace(0.1, 0.9, holder.trains)
+    holder.veto = veto
     holder.book = PathBook(holder)
     place(env, trains)
     ids = np.linspace(0.1, 0.9, holder.trains) if ids is None else ids
@@ -341,17 +342,23 @@ def head_on_pairs(env):
     return pairs
 
 
-@given(seed=st.integers(0, 10_000), stop_share=st.sampled_from([0.0, 0.1, 0.33]), wait=st.booleans())
-@settings(max_examples=8, deadline=None)
-def test_within_the_safety_layer_random_decisions_never_meet_head_on(seed, stop_share, wait):
-    """Random decisions on random maps (25x25, 5 trains, all started at once): every move carried out was
-    allowed by the mask (a stop is masked while a move is allowed, unless the env lets trains wait;
-    a move may be turned into a stop, never the other way), and after every step no two trains face
-    each other on a plain track (the test's own walk); without the safety layer the same decisions do
-    meet head-on on some maps."""
+@given(
+    seed=st.integers(0, 10_000),
+    stop_share=st.sampled_from([0.0, 0.1, 0.33]),
+    wait=st.booleans(),
+    veto=st.sampled_from(["path", "segment"]),
+)
+@settings(max_examples=10, deadline=None)
+def test_within_the_safety_layer_random_decisions_never_meet_head_on(seed, stop_share, wait, veto):
+    """Random decisions on random maps (25x25, 5 trains, all started at once), under either veto: every
+    move carried out was allowed by the mask (a stop is masked while a move is allowed, unless the env
+    lets trains wait, as the segment veto always does; a move may be turned into a stop, never the
+    other way), and after every step no two trains face each other on a plain track (the test's own
+    walk); without the safety layer the same decisions do meet head-on on some maps."""
     from ppoor.envs.rail import STOP
 
-    env = RailDecisionEnv(25, 25, 5, safety=True, wait=wait)
+    env = RailDecisionEnv(25, 25, 5, safety=True, wait=wait, veto=veto)
+    assert env.wait == (wait or veto == "segment")
     env.reset(seed)
     rng = np.random.default_rng(seed)
     while not env.done:
@@ -360,7 +367,7 @@ def test_within_the_safety_layer_random_decisions_never_meet_head_on(seed, stop_
         _, _, info = env.step(wanted)
         done = info["actions"]
         for h in np.flatnonzero(deciding):
-            assert allowed[h, STOP] == (wait or not allowed[h, 1:].any())  # else it stops only when it cannot move
+            assert allowed[h, STOP] == (env.wait or not allowed[h, 1:].any())  # else it stops only when it cannot move
             assert done[h] in (wanted[h], STOP) and (done[h] == STOP or allowed[h, done[h]])
         assert head_on_pairs(env.env) == set()
 
@@ -378,13 +385,14 @@ def test_without_the_safety_layer_random_decisions_meet_head_on():
     assert met > 0
 
 
-@given(seed=st.integers(0, 10_000), wait=st.booleans())
-@settings(max_examples=6, deadline=None)
-def test_an_untrained_residual_policy_plays_the_safety_layers_rule(seed, wait):
+@given(seed=st.integers(0, 10_000), wait=st.booleans(), veto=st.sampled_from(["path", "segment"]))
+@settings(max_examples=8, deadline=None)
+def test_an_untrained_residual_policy_plays_the_safety_layers_rule(seed, wait, veto):
     """A policy with random weights and ``prior_weight`` 3 (ppo_flatland.py --prior-weight) takes, at
     every decision of an episode, the action of the layer's shortest-path rule, recomputed here from the
-    distance map and the mask (the shortest branch if allowed, else the other one if it reaches the
-    target, else stop); with ``prior_weight`` 0 the same weights do not."""
+    distance map and the reservation check's mask (the shortest branch if allowed, else the other one if
+    it reaches the target, else stop), under either veto (under the segment veto the policy's own mask
+    allows more); with ``prior_weight`` 0 the same weights do not."""
     import torch
     from ppoor.envs.rail import LEFT, RIGHT, STOP
     from ppoor.envs.rail_track import branches, next_cell
@@ -396,21 +404,52 @@ def test_an_untrained_residual_policy_plays_the_safety_layers_rule(seed, wait):
     residual = RailPolicy(edge_slots(2), len(EDGE_FEATURES), len(GLOBAL_FEATURES), prior_weight=3.0).eval()
     plain = RailPolicy(edge_slots(2), len(EDGE_FEATURES), len(GLOBAL_FEATURES)).eval()
     plain.load_state_dict(residual.state_dict())
-    env = RailDecisionEnv(25, 25, 5, safety=True, wait=wait)
+    env = RailDecisionEnv(25, 25, 5, safety=True, wait=wait, veto=veto)
     env.reset(seed)
     decisions = differ = 0
     while not env.done:
         obs = observe(env, 2, env.ids, 10)
+        reservation = env.reservation_mask()
+        assert (obs["mask"] | ~reservation).all()  # the policy's mask allows whatever the reservation check does
+        if veto == "path":  # the same moves (stopping differs with wait)
+            assert (obs["mask"][:, 1:] == reservation[:, 1:]).all()
         chosen, other = policy_rule(residual)(obs, env), policy_rule(plain)(obs, env)
         for h in np.flatnonzero(obs["deciding"]):
             position, heading = env.env.agents[h].current_configuration
             on = branches(env.env, position, heading)
             far = [env.distances[h][(*next_cell(position, w), w)] for w in (on[0], on[-1])]
             order = [LEFT, RIGHT] if far[0] <= far[1] else [RIGHT, LEFT]
-            allowed = [a for a in order if obs["mask"][h, a] and np.isfinite(far[a - LEFT])]
+            allowed = [a for a in order if reservation[h, a] and np.isfinite(far[a - LEFT])]
             assert chosen[h] == (allowed[0] if allowed else STOP)
             decisions, differ = decisions + 1, differ + int(other[h] != chosen[h])
         env.step(chosen)
     assert decisions > 0
     if wait and decisions >= 20:  # without the prior, random weights pick stops and detours the rule never takes
         assert differ > 0
+
+
+def test_the_segment_veto_allows_moves_the_reservation_check_forbids():
+    """The segment veto (ppo_flatland.py --veto segment) is the weaker layer: at every decision of random
+    episodes (35x35, 12 trains) it allows every move the reservation check allows, and on these maps some
+    that it forbids (trains may break a knot of reservations); it still forbids a branch with a train
+    coming head-on on its first cell (the hand-placed case of the test above)."""
+    from ppoor.envs.rail import LEFT, RIGHT
+
+    weaker = 0
+    for seed in range(3):
+        env = RailDecisionEnv(35, 35, 12, safety=True, veto="segment")
+        env.reset(seed)
+        rng = np.random.default_rng(seed)
+        while not env.done:
+            deciding = env.deciding()
+            segment, reservation = env.action_mask(deciding), env.reservation_mask(deciding)
+            moves = np.s_[deciding, LEFT : RIGHT + 1]
+            assert (segment[moves] | ~reservation[moves]).all()
+            weaker += int((segment[moves] & ~reservation[moves]).sum())
+            env.step(rng.integers(0, 3, size=env.trains))
+    assert weaker > 0
+    env = rail_env(25, 25, 5, seed=0)
+    switch, heading, blocked, _, cell = facing_switch_with_a_track_behind(env)
+    order = sorted(ways(env, switch, heading), key=lambda e: {3: 0, 0: 1, 2: 1, 1: 2}[(e - heading) % 4])
+    obs, _ = observed(env, {0: (switch, heading), 1: (cell, (blocked + 2) % 4)}, veto="segment")
+    assert obs["deciding"][0] and not obs["mask"][0, LEFT if order[0] == blocked else RIGHT]

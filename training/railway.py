@@ -24,7 +24,7 @@ RELEASE_THRESHOLDS = (0.0, 0.25, 0.5, 0.75)
 
 def make_env(args) -> RailDecisionEnv:
     return RailDecisionEnv(
-        args.width, args.height, args.trains, args.max_active, args.cities, args.safety, wait=args.wait
+        args.width, args.height, args.trains, args.max_active, args.cities, args.safety, wait=args.wait, veto=args.veto
     )
 
 
