@@ -21,7 +21,9 @@ decisions per second, then the policy's arrival-rate lead over the best baseline
 alone. ``--output`` writes them as JSON: per size ``width``, ``height``, ``trains``, ``episodes``,
 the leads (``lead_over_best_baseline``, ``lead_over_safety_layer_alone``, where those rules were
 played) and, per rule, ``arrival_rate``, ``deadlock_rate``, ``score``, ``seconds_per_step``,
-``flatland_seconds_per_step``, ``decisions_per_second``.
+``flatland_seconds_per_step``, ``decisions_per_second``; the policy rows also count, over all maps,
+their ``decisions`` and those that leave the layer's rule (the observation's prior): ``changed_to_move``,
+``changed_to_stop``, ``changed_branch``.
 """
 
 import os
@@ -37,6 +39,7 @@ from ppoor.models.checkpoints import CheckpointError
 from ppoor.models.rail import load_rail_policy, load_release_classifier
 from ppoor.plotting.railway import render_episode
 from ppoor.search.rail import (
+    CHANGES,
     learned_release,
     play,
     play_deadlock_avoidance,
@@ -191,6 +194,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
                     render_episode(args.render, env, f"policy {checkpoint.name}, map seed {args.seed}")
                     env.record = False
             row[name] = {metric: float(np.mean([p[metric] for p in played])) for metric in METRICS}
+            if name.startswith("policy"):  # the decisions where it leaves the layer's rule, summed over the maps
+                row[name]["decisions"] = sum(p["decisions"] for p in played)
+                row[name].update({key: sum(p[key] for p in played) for key in CHANGES})
         if "deadlock_avoidance" in args.rules:
             dla = [play_deadlock_avoidance(width, height, trains, args.seed + k) for k in range(args.episodes)]
             if dla[0] is not None:  # flatland-baselines installed
@@ -205,6 +211,12 @@ def main(args: Args, given: set[str] | None = None) -> None:
                 f"score {r['score']:.3f}  {1000 * r['seconds_per_step']:.1f} ms/step (Flatland's step "
                 f"{1000 * r['flatland_seconds_per_step']:.1f} ms)  {r['decisions_per_second']:,.0f} decisions/s"
             )
+            if "decisions" in r:
+                print(
+                    f"  {'':<22} left the layer's rule at {sum(r[key] for key in CHANGES):,} of {r['decisions']:,} "
+                    f"decisions: moved where it stops {r['changed_to_move']:,}, stopped where it moves "
+                    f"{r['changed_to_stop']:,}, took the other branch {r['changed_branch']:,}"
+                )
         mine = [n for n in rules if n.startswith("policy")]
         if not mine:
             continue

@@ -529,7 +529,10 @@ def main(args: Args, given: set[str] | None = None) -> None:
             result = evaluate(policy, args, run.stop)
             for name, value in result.items():
                 run.log(f"eval/{name}", value)
-            line += f" eval/arrival_rate={result['arrival_rate']:.3f} eval/deadlock_rate={result['deadlock_rate']:.3f}"
+            line += (
+                f" eval/arrival_rate={result['arrival_rate']:.3f} eval/deadlock_rate={result['deadlock_rate']:.3f}"
+                f" eval/changed_decisions={result['changed_decisions']:.4f}"
+            )
             if result["arrival_rate"] > best["arrival_rate"]:
                 best.update(
                     arrival_rate=result["arrival_rate"],

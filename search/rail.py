@@ -72,15 +72,28 @@ def learned_release(classifier, depth: int, threshold: float = 0.5):
     return rule
 
 
+CHANGES = ("changed_to_move", "changed_to_stop", "changed_branch")
+"""How a rule's decision can differ from the observation's ``prior`` (the layer's rule): it moves where
+the prior stops, stops where the prior moves, or takes the other branch."""
+
+
 def play(wrapper, seed: int, rule, depth: int, radius: int, release_order=None, release_rule=None) -> dict:
     """One episode of ``wrapper`` on map ``seed`` with ``rule``: arrival_rate, deadlock_rate, score
     (Flatland's normalized score), seconds_per_step (wall time per simulator step, decisions
     included), flatland_seconds_per_step (the simulator's own step alone), decisions_per_second (train
-    decisions over the episode's wall time), decisions, simulator_steps."""
+    decisions over the episode's wall time), decisions, simulator_steps, and the rule's decisions that
+    differ from the observation's prior, by kind (``CHANGES``: counts)."""
     start = time.perf_counter()
     wrapper.reset(seed, release_order, release_rule)
+    changes = dict.fromkeys(CHANGES, 0)
     while not wrapper.done:
-        wrapper.step(rule(observe(wrapper, depth, wrapper.ids, radius), wrapper))
+        obs = observe(wrapper, depth, wrapper.ids, radius)
+        actions = rule(obs, wrapper)
+        mine, prior = actions[obs["deciding"]], obs["prior"][obs["deciding"]].argmax(-1)
+        changes["changed_to_move"] += int(((prior == STOP) & (mine != STOP)).sum())
+        changes["changed_to_stop"] += int(((prior != STOP) & (mine == STOP)).sum())
+        changes["changed_branch"] += int(((prior != STOP) & (mine != STOP) & (mine != prior)).sum())
+        wrapper.step(actions)
     seconds = time.perf_counter() - start
     steps, simulator_seconds = wrapper.simulator_steps, wrapper.simulator_seconds  # before score() runs on
     return {
@@ -92,6 +105,7 @@ def play(wrapper, seed: int, rule, depth: int, radius: int, release_order=None, 
         "decisions_per_second": wrapper.decisions / seconds,
         "decisions": wrapper.decisions,
         "simulator_steps": steps,
+        **changes,
     }
 
 

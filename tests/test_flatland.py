@@ -73,8 +73,9 @@ def test_eval_writes_the_contract_json(tiny_run, tmp_path):
     assert (row["width"], row["height"], row["trains"], row["episodes"]) == (25, 25, 5, 2)
     for rule in ("policy", "shortest_path", "shortest_path_release", "random", "deadlock_avoidance",
                  "shortest_path_safety"):  # fmt: skip
+        changes = {"decisions", "changed_to_move", "changed_to_stop", "changed_branch"} if rule == "policy" else set()
         assert set(row[rule]) == {"arrival_rate", "deadlock_rate", "score", "seconds_per_step",
-                                  "flatland_seconds_per_step", "decisions_per_second"}  # fmt: skip
+                                  "flatland_seconds_per_step", "decisions_per_second"} | changes  # fmt: skip
         assert 0 < row[rule]["flatland_seconds_per_step"] < row[rule]["seconds_per_step"]
         assert 0 <= row[rule]["arrival_rate"] <= 1 and 0 <= row[rule]["deadlock_rate"] <= 1
     assert (tmp_path / "episode.png").stat().st_size > 1000
@@ -225,3 +226,5 @@ def test_the_shipped_residual_checkpoint_plays_the_layers_rule(tmp_path):
     assert row["policy"]["arrival_rate"] == row["shortest_path_safety"]["arrival_rate"] == pytest.approx(0.975)
     assert row["policy"]["score"] == row["shortest_path_safety"]["score"]
     assert row["policy_learned_release"]["arrival_rate"] == pytest.approx(0.975)
+    assert row["policy"]["decisions"] > 100  # and it never leaves the layer's rule
+    assert row["policy"]["changed_to_move"] == row["policy"]["changed_to_stop"] == row["policy"]["changed_branch"] == 0

@@ -453,3 +453,31 @@ def test_the_segment_veto_allows_moves_the_reservation_check_forbids():
     order = sorted(ways(env, switch, heading), key=lambda e: {3: 0, 0: 1, 2: 1, 1: 2}[(e - heading) % 4])
     obs, _ = observed(env, {0: (switch, heading), 1: (cell, (blocked + 2) % 4)}, veto="segment")
     assert obs["deciding"][0] and not obs["mask"][0, LEFT if order[0] == blocked else RIGHT]
+
+
+@given(seed=st.integers(0, 10_000))
+@settings(max_examples=4, deadline=None)
+def test_play_counts_the_decisions_that_leave_the_layers_rule(seed):
+    """search.rail.play's changed_* counts equal the test's own tally of a random rule's decisions against
+    the observation's prior (moves where it stops, stops where it moves, the other branch)."""
+    from ppoor.envs.rail import STOP
+    from ppoor.search.rail import play, random_rule
+
+    tally = {"changed_to_move": 0, "changed_to_stop": 0, "changed_branch": 0}
+    choose = random_rule(np.random.default_rng(seed))
+
+    def rule(obs, wrapper):
+        actions = choose(obs, wrapper)
+        for h in np.flatnonzero(obs["deciding"]):
+            prior, mine = int(np.argmax(obs["prior"][h])), int(actions[h])
+            if prior == STOP and mine != STOP:
+                tally["changed_to_move"] += 1
+            elif prior != STOP and mine == STOP:
+                tally["changed_to_stop"] += 1
+            elif mine != prior:
+                tally["changed_branch"] += 1
+        return actions
+
+    result = play(RailDecisionEnv(25, 25, 5, safety=True, veto="segment"), seed, rule, depth=2, radius=10)
+    assert {key: result[key] for key in tally} == tally
+    assert sum(tally.values()) > 0

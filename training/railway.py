@@ -13,7 +13,7 @@ import torch
 from ppoor.envs.rail import RailDecisionEnv
 from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots
 from ppoor.models.rail import RailPolicy, ReleaseClassifier
-from ppoor.search.rail import learned_release, play, policy_rule, waiting_features
+from ppoor.search.rail import CHANGES, learned_release, play, policy_rule, waiting_features
 from ppoor.training.runtime import StopRequest
 
 VAL_SEED = 1_000_000  # validation maps: seeds VAL_SEED, VAL_SEED + 1, ...
@@ -31,14 +31,20 @@ def make_env(args) -> RailDecisionEnv:
 def evaluate(policy: RailPolicy, args, stop: StopRequest | None = None, release_rule=None) -> dict:
     """The greedy policy on the validation maps (with the training release heuristic, or ``release_rule``):
     mean arrival and deadlock rate and score (over the maps played before ``stop`` was requested, at
-    least one)."""
+    least one), and the share of its decisions that leave the observation's prior (the layer's rule),
+    in all (``changed_decisions``) and by kind (``search.rail.CHANGES``)."""
     env, rule = make_env(args), policy_rule(policy)
     results = []
     for k in range(args.eval_episodes):
         if stop is not None and stop.requested and results:
             break
         results.append(play(env, VAL_SEED + k, rule, args.tree_depth, args.comm_radius, release_rule=release_rule))
-    return {key: float(np.mean([r[key] for r in results])) for key in ("arrival_rate", "deadlock_rate", "score")}
+    out = {key: float(np.mean([r[key] for r in results])) for key in ("arrival_rate", "deadlock_rate", "score")}
+    decisions = max(1, sum(r["decisions"] for r in results))
+    for key in CHANGES:  # shares of all decisions where the greedy policy leaves the layer's rule
+        out[key] = sum(r[key] for r in results) / decisions
+    out["changed_decisions"] = sum(out[key] for key in CHANGES)
+    return out
 
 
 def exploring_release(rng: np.random.Generator, epsilon: float, depth: int, record: list):
