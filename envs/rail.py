@@ -274,7 +274,8 @@ class RailDecisionEnv:
         steps = self.simulator_steps
         actions = np.asarray(actions)
         if self.safety:
-            actions = shield(self.book, actions, deciding, occupancy(self.env), self.ids, self.veto)
+            proposed = self.reservation_mask(deciding) if self.veto == "segment" else None
+            actions = shield(self.book, actions, deciding, occupancy(self.env), self.ids, self.veto, proposed)
         self.simulate(self.simulator_actions(deciding, actions), rewards)
         self.advance(rewards)
         # distance progress is paid at each decision: since this train's previous decision

@@ -17,7 +17,9 @@ the same way (``clear_to_enter``).
 
 Two vetoes (``VETOES``): ``"path"``, the reservation check above (``clear``), and ``"segment"``
 (``segment_clear``): only the head-on conflicts of the next segment, a move into track up to the
-next switch on which a train is coming the other way, which no later decision can undo. The second
+next switch on which a train is coming the other way, which no later decision can undo; the moves
+the reservation check allows are still shielded by it, so a policy that makes only those plays the
+layer exactly. The second
 leaves the trains free to break a knot of reservations (each waiting for a train on its reserved
 path that waits for it), at the risk of a deadlock further on.
 
@@ -136,17 +138,27 @@ def safe_actions(
 
 
 def shield(
-    book: PathBook, actions: np.ndarray, deciding: np.ndarray, occupied: dict, ids: np.ndarray, veto: str = "path"
+    book: PathBook,
+    actions: np.ndarray,
+    deciding: np.ndarray,
+    occupied: dict,
+    ids: np.ndarray,
+    veto: str = "path",
+    proposed: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``actions`` [T] with every deciding train's move that is not clear (``VETOES[veto]``), given the
-    moves of the deciding trains before it (by decreasing ``ids`` [T]), turned into STOP. ``occupied``
-    gains the cells the moving trains enter."""
+    """``actions`` [T] with every deciding train's move that is not clear, given the moves of the
+    deciding trains before it (by decreasing ``ids`` [T]), turned into STOP. ``occupied`` gains the
+    cells the moving trains enter. A move is checked by ``VETOES[veto]``, except that under the
+    segment veto a move the reservation check allowed when the trains decided (``proposed`` [T, 3])
+    keeps that check: the layer's own moves are shielded as the layer shields them, and only the
+    moves it would not make get the weaker veto."""
     out = np.array(actions, copy=True)
     for handle in sorted(np.flatnonzero(deciding), key=lambda h: -ids[h]):
         if out[handle] == STOP:
             continue
         path = move_path(book, handle, int(out[handle]))
-        if VETOES[veto](book, handle, path, occupied):
+        check = clear if proposed is None or proposed[handle, out[handle]] else VETOES[veto]
+        if check(book, handle, path, occupied):
             occupied[path[0][0]] = (handle, path[0][1])
         else:
             out[handle] = STOP

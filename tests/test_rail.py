@@ -481,3 +481,18 @@ def test_play_counts_the_decisions_that_leave_the_layers_rule(seed):
     result = play(RailDecisionEnv(25, 25, 5, safety=True, veto="segment"), seed, rule, depth=2, radius=10)
     assert {key: result[key] for key in tally} == tally
     assert sum(tally.values()) > 0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_layers_rule_under_the_segment_veto_plays_the_layer_exactly(seed):
+    """The reservation rule (the prior) played under the segment veto moves every train as the layer
+    alone does (35x35, 12 trains): the layer's own moves keep its check, so a residual policy starts
+    from the layer itself, not from a weaker one."""
+    from ppoor.search.rail import play, shortest_path_rule
+
+    runs = []
+    for veto in ("path", "segment"):
+        env = RailDecisionEnv(35, 35, 12, safety=True, veto=veto, record=True)
+        result = play(env, seed, shortest_path_rule, depth=2, radius=10)
+        runs.append((result["arrival_rate"], result["score"], result["decisions"], env.paths))
+    assert runs[0] == runs[1]
