@@ -1,4 +1,4 @@
-"""Evaluation throughput: instances per second for TSP and CVRP (50 nodes by default) on one thread.
+"""Evaluation throughput: instances per second for TSP and CVRP (50 nodes by default) on one thread (or --threads).
 
 For greedy, multi-greedy (one start per node), greedy x8 augmentation, multi-greedy x8 (8 x n
 trajectories per instance) and beam search of width --beam-width (RL4CO's beam_search beside it: W
@@ -14,9 +14,11 @@ for reuse as ppo_or.py and eval.py do (``models.keep_freed_memory``).
 
     python bench/eval_throughput.py [--instances 500] [--batch-size 250] [--repeats 3]
     python bench/eval_throughput.py --num-nodes 50 100 --instances 200 --batch-size 100
+    python bench/eval_throughput.py --threads 2    # both sides on two threads
 """
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -72,17 +74,21 @@ def main():
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per figure (the median is printed)")
     parser.add_argument("--num-nodes", type=int, nargs="+", default=[50], help="sizes (Kool's: 20, 50, 100)")
     parser.add_argument("--beam-width", type=int, default=16, help="the beam search's width (at least 2, as RL4CO's)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of both sides (1 to the cores here)")
+    parser.add_argument("--skip-reencoding", action="store_true", help="leave out the re-encoding baseline")
     args = parser.parse_args()
+    if not 1 <= args.threads <= (os.cpu_count() or 1):
+        sys.exit(f"error: --threads must be between 1 and {os.cpu_count()} (the cores here), got {args.threads}")
     if any(n not in (20, 50, 100) for n in args.num_nodes):
         sys.exit(f"error: --num-nodes takes Kool's sizes 20, 50 and 100, got {args.num_nodes}")
     if args.beam_width < 2:
         sys.exit(f"error: --beam-width must be at least 2 (RL4CO's beam search needs it), got {args.beam_width}")
     if min(args.instances, args.baseline_instances, args.batch_size, args.repeats) < 1:
         sys.exit("error: --instances, --baseline-instances, --batch-size and --repeats must be at least 1")
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     keep_freed_memory()  # as ppo_or.py and eval.py run
     torch.manual_seed(0)
-    print("1 thread, instances/s (untrained weights: speed does not depend on them)")
+    print(f"{args.threads} thread(s), instances/s (untrained weights: speed does not depend on them)")
     for nodes, problem in ((n, p) for n in args.num_nodes for p in ("tsp", "cvrp")):
         agent = Agent(problem).eval()
         data = kool_dataset(problem, nodes, "test", args.instances)
@@ -90,7 +96,7 @@ def main():
         for mode, copies in SETTINGS:
             name = mode + (f" x{copies}" if copies > 1 else "") + (f" W={args.beam_width}" if mode == "beam" else "")
             cached = rate(agent, data, mode, copies, args.batch_size, False, args.repeats, args.beam_width)
-            if mode == "beam":  # (beam search always decodes from the cache)
+            if mode == "beam" or args.skip_reencoding:  # (beam search always decodes from the cache)
                 line = f"{problem.upper()}{nodes} {name:<16}: cached {cached:8.1f}/s"
             else:
                 reencoded = rate(agent, small, mode, copies, args.batch_size, True, 1)

@@ -1,11 +1,11 @@
 """The training curves of ppo_or.py runs as one PNG, the runs overlaid: sampled tour length, approx-KL,
 clip fraction, entropy, learning rate against training minutes (the iterations' rollout + update
 seconds summed), each with a 9-iteration running mean; the sixth panel is the test gap at the marks
-of a bench/time_to_quality.py result file (--marks; greedy solid, multi-greedy dashed), else the
-run's own validation gaps (``eval/greedy_gap``, ``eval/multi_greedy_gap``, where it logged them),
+of a bench/time_to_quality.py or bench/vs_rl4co.py result file (--marks; greedy solid, multi-greedy
+dashed, multi-greedy x8 dotted; vs_rl4co.py's peer beside ppo-or), else the run's own validation gaps (``eval/greedy_gap``, ``eval/multi_greedy_gap``, where it logged them),
 else the KL an update reached.
 
-    python bench/plot_curves.py bench-runs/vs-rl4co-tsp50/runs/RUN --out docs/images/tsp50_default_curves.png
+    python bench/plot_curves.py bench-runs/vs-rl4co-tsp50/runs/RUN --marks bench-runs/vs-rl4co-tsp50/results.json --out x.png
     python bench/plot_curves.py bench-runs/s38/runs/* --marks bench-runs/s38/time_to_quality_*.json --out cmp.png
     python bench/plot_curves.py runs/tsp-v0__tsp50-mb128__1__* --out docs/images/tsp50_mb128_curves.png
 """
@@ -68,13 +68,39 @@ def read_run(run: Path) -> tuple[list[float], dict]:
 
 
 def read_marks(path: Path) -> list[dict]:
+    """The test gaps at time marks of a bench/time_to_quality.py result file (one run per row) or of a
+    bench/vs_rl4co.py results.json (ppo-or and the peer): rows {label, minutes, greedy, multi-greedy and,
+    where measured, multi-greedy x8}."""
     try:
         rows = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        sys.exit(f"error: --marks {path}: not a time_to_quality.py result file ({exc})")
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and "greedy_gap" in r for r in rows):
-        sys.exit(f"error: --marks {path}: not a time_to_quality.py result file (rows with greedy_gap)")
-    return rows
+        sys.exit(f"error: --marks {path}: not a time_to_quality.py or vs_rl4co.py result file ({exc})")
+    if isinstance(rows, list) and all(isinstance(r, dict) and "greedy_gap" in r for r in rows):
+        return [
+            {"label": label_of(Path(r["run"])), "minutes": r["minutes"], "greedy": r["greedy_gap"],
+             "multi-greedy": r["multi-greedy_gap"]}
+            for r in rows
+        ]  # fmt: skip
+    if isinstance(rows, list) and all(isinstance(r, dict) and {"trainer", "greedy"} <= set(r) for r in rows):
+        keys = ("minutes", "greedy", "multi-greedy", "multi-greedy x8")
+        return [{"label": r["trainer"], **{k: r[k] for k in keys if k in r}} for r in rows]
+    sys.exit(f"error: --marks {path}: not a time_to_quality.py or vs_rl4co.py result file (rows with their gaps)")
+
+
+def plot_marks(ax, marks: list[dict], run_labels: list[str]) -> None:
+    """Each trainer's test gaps at the marks: greedy solid, multi-greedy dashed, multi-greedy x8 dotted;
+    a trainer that is one of the runs keeps the run's colour, a peer gets the next free one."""
+    labels = list(dict.fromkeys(r["label"] for r in marks))
+    peers = [label for label in labels if label not in run_labels]
+    for label in labels:
+        k = run_labels.index(label) if label in run_labels else len(run_labels) + peers.index(label)
+        rows = sorted((r for r in marks if r["label"] == label), key=lambda r: r["minutes"])
+        for style, key in (("o-", "greedy"), ("o--", "multi-greedy"), ("o:", "multi-greedy x8")):
+            if all(key in r for r in rows):
+                line = ax.plot([r["minutes"] for r in rows], [r[key] for r in rows], style, color=f"C{k % 10}", ms=3)
+                if key == "greedy":
+                    line[0].set_label(label)
+    ax.legend(fontsize=7)
 
 
 def main():
@@ -82,7 +108,8 @@ def main():
     parser.add_argument("runs", type=Path, nargs="+", help="ppo_or.py run folders (runs/...)")
     parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
     parser.add_argument(
-        "--marks", type=Path, nargs="*", default=[], help="time_to_quality.py result files: the test gaps"
+        "--marks", type=Path, nargs="*", default=[],
+        help="time_to_quality.py or vs_rl4co.py result files: the test gaps (the peer's too)"
     )
     parser.add_argument("--title", default=None, help="the figure's title (default: the runs' names)")
     args = parser.parse_args()
@@ -91,19 +118,15 @@ def main():
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
     validated = any(values["validation"] for _, _, values in runs)
     last = ("validation", "validation gap %: greedy solid, multi-greedy dashed") if validated else PANELS[5]
-    panels = PANELS[:5] + ((("marks", "test gap %: greedy solid, multi-greedy dashed"),) if marks else (last,))
+    marks_title = "test gap %: greedy solid, multi-greedy dashed, x8 dotted"
+    panels = PANELS[:5] + ((("marks", marks_title),) if marks else (last,))
     for ax, (tag, title) in zip(axes.flat, panels, strict=True):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("training minutes")
         for k, (label, minutes, values) in enumerate(runs):
             colour = f"C{k % 10}"
             if tag == "marks":
-                rows = sorted((r for r in marks if label_of(Path(r["run"])) == label), key=lambda r: r["minutes"])
-                ax.plot(
-                    [r["minutes"] for r in rows], [r["greedy_gap"] for r in rows], "o-", color=colour, ms=3, label=label
-                )
-                ax.plot([r["minutes"] for r in rows], [r["multi-greedy_gap"] for r in rows], "o--", color=colour, ms=3)
-                continue
+                continue  # drawn once for every trainer below
             if tag == "validation":
                 for style, series in zip(("o-", "o--"), (values[tag].get(t, []) for t in VALIDATION), strict=True):
                     ax.plot([m for m, _ in series], [v for _, v in series], style, color=colour, ms=3, label=label)
@@ -114,6 +137,8 @@ def main():
             if len(runs) == 1:
                 ax.plot(minutes[: len(series)], series, lw=0.5, alpha=0.4, color=colour)
             ax.plot(minutes[: len(series)], running_mean(series), lw=1.5, color=colour, label=label)
+        if tag == "marks":
+            plot_marks(ax, marks, [label for label, _, _ in runs])
         if "kl" in tag or tag == "marks":
             ax.set_yscale("log")
         if not ax.lines:

@@ -1,0 +1,51 @@
+"""bench/plot_curves.py on a run's tensorboard file, with the test gaps of either result format."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fake_run(folder: Path) -> Path:
+    """A run folder with the tags ppo_or.py logs, written by tensorboard's own writer."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = folder / "runs" / "tsp-v0__vs-rl4co__1__1"
+    writer = SummaryWriter(str(run))
+    for step in range(1, 21):
+        for tag, value in (("charts/rollout_seconds", 20.0), ("charts/update_seconds", 40.0),
+                           ("charts/tour_length", 10 - step / 5), ("losses/approx_kl", 0.01),
+                           ("losses/clipfrac", 0.05), ("losses/entropy", 1.0), ("charts/learning_rate", 3e-4)):  # fmt: skip
+            writer.add_scalar(tag, value, step)
+    writer.close()
+    return run
+
+
+def plot(tmp_path, *args):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "plot_curves.py"), *map(str, args)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_the_peer_and_the_run_in_one_figure(tmp_path):
+    run = fake_run(tmp_path)
+    vs = tmp_path / "results.json"  # bench/vs_rl4co.py's rows
+    vs.write_text(json.dumps([
+        {"trainer": t, "mark": m, "minutes": m, "greedy": g, "multi-greedy": g / 2, "multi-greedy x8": g / 4}
+        for t, g0 in (("ppo-or", 10.0), ("rl4co-pomo", 20.0)) for m, g in ((10, g0), (20, g0 * 0.8))
+    ]))  # fmt: skip
+    ttq = tmp_path / "ttq.json"  # bench/time_to_quality.py's rows
+    ttq.write_text(json.dumps([{"run": str(run), "minutes": 10, "greedy_gap": 9.0, "multi-greedy_gap": 4.0}]))
+    for marks in (vs, ttq):
+        out = tmp_path / f"{marks.stem}.png"
+        result = plot(tmp_path, run, "--marks", marks, "--out", out)
+        assert result.returncode == 0, result.stderr
+        assert "up to 20.0 minutes" in result.stdout and out.stat().st_size > 10_000
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"minutes": 3}]))
+    result = plot(tmp_path, run, "--marks", bad, "--out", tmp_path / "bad.png")
+    assert result.returncode != 0 and "not a time_to_quality.py or vs_rl4co.py result file" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
