@@ -8,6 +8,8 @@
         --learning-rate 3e-4 --ent-coef 0 --num-envs 6 --eval-episodes 12 --eval-interval 5 --release-episodes 60 \
         --total-seconds 2400                                 # checkpoints/flatland/flatland50.pt (residual policy)
     python ppo_flatland.py --resume runs/<run>/ckpt/50.pt    # continue a stopped run
+    python ppo_flatland.py --no-safety --width 35 --height 35 --trains 10 --init-from runs/<run>/ckpt/80.pt
+                                                             # a curriculum: go on on larger maps
 
 The design of the NeurIPS 2020 Flatland RL-track winners (see envs/rail.py and envs/rail_tree.py):
 trains decide only on or before switches, each train's episode ends at its target or in a
@@ -44,7 +46,7 @@ import torch
 import tyro
 from ppoor.envs.rail import STOP
 from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
-from ppoor.models.rail import POLICY_INPUTS, RailPolicy, mask_logits
+from ppoor.models.rail import POLICY_INPUTS, RailPolicy, load_rail_policy, mask_logits
 from ppoor.search.rail import shortest_path_rule
 from ppoor.training.railway import RELEASE_THRESHOLDS, evaluate, learn_release, make_env, training_state
 from ppoor.training.runs import (
@@ -170,6 +172,10 @@ class Args:
     """write a checkpoint every this many iterations (0 = only at the end)"""
     resume: str | None = None
     """a checkpoint of this script to continue from (its arguments are kept)"""
+    init_from: str | None = None
+    """start from the policy weights of this ppo_flatland.py checkpoint (a file, a run folder: its latest, or
+    a shipped name such as flatland/flatland35) with the same tree depth and hidden size, then train as a new run: a curriculum
+    trains on small maps first and goes on on larger ones; the release classifier is learned anew"""
 
 
 LIMITS = {
@@ -343,6 +349,23 @@ RESUME_OVERRIDES = ("total_timesteps", "total_seconds", "checkpoint_interval", "
 """The arguments a resumed run may change; any other one given must equal the checkpoint's."""
 
 
+def initial_policy(args: Args) -> dict:
+    """The weights of --init-from, checked against this run's policy shape; exits with one line otherwise."""
+    from ppoor.models.checkpoints import CheckpointError, latest_checkpoint
+
+    try:
+        _, ckpt = load_rail_policy(latest_checkpoint(args.init_from))
+    except (CheckpointError, ValueError) as exc:
+        sys.exit(f"error: --init-from: {exc}")
+    mine = {"edge_slots": edge_slots(args.tree_depth), "edge_features": len(EDGE_FEATURES),
+            "global_features": len(GLOBAL_FEATURES), "hidden": args.hidden}  # fmt: skip
+    theirs = {key: ckpt["model_config"].get(key) for key in mine}
+    if theirs != mine:
+        sys.exit(f"error: --init-from: {args.init_from} has policy shape {theirs}, this run needs {mine} "
+                 "(--tree-depth and --hidden must match)")  # fmt: skip
+    return ckpt["model"]
+
+
 def resolve_args(args: Args, given: set[str] | None = None) -> tuple[Args, dict | None]:
     """The settings ``main`` can trust (a resumed run's own; ``given``: the fields given on the command
     line) and the checkpoint resumed from; exits with one line naming the argument otherwise."""
@@ -352,6 +375,8 @@ def resolve_args(args: Args, given: set[str] | None = None) -> tuple[Args, dict 
         if ckpt.get("problem") != "rail":
             sys.exit(f"error: --resume: {args.resume} is not a ppo_flatland.py training checkpoint")
     check_args(args)
+    if args.init_from and not ckpt:
+        initial_policy(args)  # fails in one line before anything is written
     if args.track and (problem := wandb_problem()):
         sys.exit(f"error: --track: {problem}")
     return args, ckpt
@@ -457,6 +482,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate, eps=1e-5)
     # episodes played, the policy with the best validation arrival rate so far (--keep-best), the release classifier
     kept = {"episodes": 0, "best": {"arrival_rate": -1.0, "iteration": 0, "model": None}}
+    if args.init_from and not ckpt:
+        policy.load_state_dict(initial_policy(args))
     if ckpt:
         policy.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -480,8 +507,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
             f"episodes, greedy agreement {figures['agreement']:.3f}",
             flush=True,
         )
-    if (args.imitation_episodes or args.prior_weight) and not ckpt and args.eval_interval and not run.stop.requested:
-        result = evaluate(policy, args, run.stop)  # the imitated or residual policy starts as the layer's rule
+    started = args.imitation_episodes or args.prior_weight or args.init_from
+    if started and not ckpt and args.eval_interval and not run.stop.requested:
+        result = evaluate(policy, args, run.stop)  # the imitated, residual or initial policy: kept if nothing beats it
         best.update(arrival_rate=result["arrival_rate"], iteration=0, model=copy.deepcopy(policy.state_dict()))
         print(f"start: validation arrival rate {result['arrival_rate']:.3f}", flush=True)
     # --total-seconds bounds the whole run: the training stops early enough for the release data and the

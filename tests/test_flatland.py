@@ -128,6 +128,25 @@ def test_a_segment_veto_run_trains_and_evaluates_beside_the_layer_alone(tmp_path
     assert 0 <= row["policy"]["arrival_rate"] <= 1 and "lead_over_safety_layer_alone" in row
 
 
+def test_a_curriculum_starts_from_a_smaller_maps_policy(tmp_path):
+    """--init-from (a curriculum): a run on larger maps starts from the shipped 35x35 policy's weights,
+    evaluates that policy before PPO (kept if nothing beats it) and learns its own release classifier."""
+    import torch
+
+    result = run(
+        "ppo_flatland.py", "--init-from", "flatland/flatland35", "--width", "40", "--height", "40", "--trains", "6",
+        "--num-envs", "1", "--total-timesteps", "1", "--eval-interval", "1", "--eval-episodes", "1",
+        "--release-episodes", "2", "--learning-rate", "1e-10", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "start: validation arrival rate" in result.stdout
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    ckpt = torch.load(sorted((run_dir / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1], weights_only=True)
+    shipped = torch.load(SHIPPED, weights_only=True)["model"]
+    assert all(torch.allclose(ckpt["model"][k], shipped[k], atol=1e-6) for k in shipped)  # lr 1e-10: unchanged
+    assert ckpt["args"]["width"] == 40 and "release_model" in ckpt
+
+
 @pytest.mark.parametrize(
     ("script", "args", "message"),
     [
@@ -151,6 +170,9 @@ def test_a_segment_veto_run_trains_and_evaluates_beside_the_layer_alone(tmp_path
         ("ppo_flatland.py", ["--prior-weight", "nan"], "--prior-weight must be"),
         ("eval_flatland.py", ["--output", "/no/such/folder/x.json"], "does not exist"),
         ("eval_flatland.py", ["--checkpoint", "missing.pt"], "does not exist"),
+        ("ppo_flatland.py", ["--init-from", "missing.pt"], "--init-from: checkpoint missing.pt does not exist"),
+        ("ppo_flatland.py", ["--init-from", "flatland/flatland35", "--hidden", "64"], "--hidden must match"),
+        ("ppo_flatland.py", ["--init-from", "cvrp20"], "not a railway policy"),
     ],
 )
 def test_bad_arguments_fail_in_one_line(tmp_path, script, args, message):
