@@ -23,8 +23,8 @@ a deadlock, and a scheduler releases a few trains at a time.
   released train enters the map only when its path is clear.
   With ``wait=True`` the layer is a veto only: a deciding train may also stop while a branch is
   clear (waiting for a train to pass is then the policy's choice, not the layer's). With
-  ``veto="segment"`` it vetoes only head-on conflicts of the next segment (up to the next switch)
-  and a train may always stop; the reservation check of the whole path then only proposes
+  ``veto="segment"`` it vetoes only head-on conflicts of the next segment (up to the train's next
+  choice of exit) and a train may always stop; the reservation check of the whole path then only proposes
   (``reservation_mask``, the prior of a residual policy), so a policy may break a knot of
   reservations. Trains enter the map under the reservation check either way.
 - Each train draws a random id in [0, 1] per episode (``ids``): it orders the safety checks and

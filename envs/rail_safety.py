@@ -17,11 +17,11 @@ the same way (``clear_to_enter``).
 
 Two vetoes (``VETOES``): ``"path"``, the reservation check above (``clear``), and ``"segment"``
 (``segment_clear``): only the head-on conflicts of the next segment, a move into track up to the
-next switch on which a train is coming the other way, which no later decision can undo; the moves
-the reservation check allows are still shielded by it, so a policy that makes only those plays the
-layer exactly. The second
-leaves the trains free to break a knot of reservations (each waiting for a train on its reserved
-path that waits for it), at the risk of a deadlock further on.
+train's next choice of exit on which a train is coming the other way, which no later decision can
+undo. The second leaves the trains free to break a knot of reservations (each waiting for a train
+on its reserved path that waits for it), at the risk of a deadlock further on; the moves the
+reservation check allows are still shielded by it, so a policy that makes only those plays the
+layer exactly.
 
 Shapes: T trains; ``ACTIONS`` of ``envs.rail``: stop, left branch, right branch.
 """
