@@ -118,7 +118,7 @@ def main():
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
     validated = any(values["validation"] for _, _, values in runs)
     last = ("validation", "validation gap %: greedy solid, multi-greedy dashed") if validated else PANELS[5]
-    marks_title = "test gap %: greedy solid, multi-greedy dashed, x8 dotted"
+    marks_title = "test gap %: greedy -, multi-greedy --, x8 :"
     panels = PANELS[:5] + ((("marks", marks_title),) if marks else (last,))
     for ax, (tag, title) in zip(axes.flat, panels, strict=True):
         ax.set_title(title, fontsize=10)
