@@ -104,7 +104,7 @@ class Args:
     moves into head-on conflicts; waiting for a train to pass is the policy's choice)"""
     veto: Literal["path", "segment"] = "path"
     """what the safety layer forbids: "path", a branch whose path to the target is not clear (the reservation
-    check); "segment", only a branch whose next segment (up to the next switch) holds a train coming head-on,
+    check); "segment", only a branch whose next segment (up to the train's next choice of exit) holds a train coming head-on,
     stopping always allowed: the reservation check then only proposes (the residual's prior), so PPO may
     break its knots"""
     prior_weight: float = 0.0
@@ -375,8 +375,6 @@ def resolve_args(args: Args, given: set[str] | None = None) -> tuple[Args, dict 
         if ckpt.get("problem") != "rail":
             sys.exit(f"error: --resume: {args.resume} is not a ppo_flatland.py training checkpoint")
     check_args(args)
-    if args.init_from and not ckpt:
-        initial_policy(args)  # fails in one line before anything is written
     if args.track and (problem := wandb_problem()):
         sys.exit(f"error: --track: {problem}")
     return args, ckpt
@@ -458,6 +456,7 @@ def ppo_update(policy: RailPolicy, optimizer, b: dict, args: Args) -> dict:
 def main(args: Args, given: set[str] | None = None) -> None:
     """Trains; ``given``: the fields given on the command line (``training.runs.given_fields``)."""
     args, ckpt = resolve_args(args, given)
+    initial = initial_policy(args) if args.init_from and not ckpt else None  # fails in one line before any writing
 
     # seeding
     random.seed(args.seed)
@@ -482,8 +481,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate, eps=1e-5)
     # episodes played, the policy with the best validation arrival rate so far (--keep-best), the release classifier
     kept = {"episodes": 0, "best": {"arrival_rate": -1.0, "iteration": 0, "model": None}}
-    if args.init_from and not ckpt:
-        policy.load_state_dict(initial_policy(args))
+    if initial is not None:
+        policy.load_state_dict(initial)
     if ckpt:
         policy.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
