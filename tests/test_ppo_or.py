@@ -163,6 +163,7 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes(tmp_path, signum):
         (["--total-seconds", "nan"], "--total-seconds must be a finite number"),
         (["--threads", "-1"], "--threads must be between 1 and 1024, got -1"),
         (["--learning-rate", "nan"], "--learning-rate must be between"),
+        (["--warmup-steps", "-1"], "--warmup-steps must be at least 0, got -1"),
         (["--seed", "-5"], "--seed must be between 0 and 4294967295, got -5"),
         (["--clip-coef", "-1", "--max-grad-norm", "-1"], "--max-grad-norm must be between"),
         (["--exp-name", "../../escape/x y"], "--exp-name "),
@@ -568,6 +569,28 @@ def test_the_trust_region_stops_the_update_and_steers_the_learning_rate():
     assert steer(0.9, 0.001, 0.01) == 1.0
     assert steer(0.5, 0.01, 0.01) == 0.5
     assert steer(1e-3, 1.0, 0.01) == 1e-3
+
+
+@pytest.mark.parametrize("warmup", [0, 1, 4, 20])
+def test_the_warm_up_raises_the_learning_rate_over_the_first_optimizer_steps(warmup):
+    """--warmup-steps W: the k-th optimizer step of a fresh Adam (k = 1, 2, ...) takes min(1, k / W) of
+    the iteration's learning rate, counted on across updates (a resumed run goes on from Adam's
+    state); W = 0 takes all of it from the first step."""
+    import contextlib
+
+    from ppoor import ppo_or
+
+    agent, static, steps, batch = rollout_batch(5)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
+    rates = []
+    take_step = optimizer.step
+    optimizer.step = lambda: (rates.append(optimizer.param_groups[0]["lr"]), take_step())[1]
+    args = ppo_or.Args(num_envs=6, n_traj=5, num_nodes=5, minibatch_size=2, update_epochs=3, warmup_steps=warmup)
+    for _ in range(2):  # two iterations: 9 steps each, the second at half the rate (annealed)
+        optimizer.param_groups[0]["lr"] = 1e-3 if not rates else 5e-4
+        ppo_or.ppo_update(agent, optimizer, update_data(static, steps, batch), args, 2, contextlib.nullcontext())
+    want = [(1e-3 if k <= 9 else 5e-4) * (min(1.0, k / warmup) if warmup else 1.0) for k in range(1, 19)]
+    assert rates == pytest.approx(want)
 
 
 def test_track_without_a_wandb_login_fails_at_once(tmp_path):
