@@ -160,6 +160,7 @@ class RailDecisionEnv:
         self.distances = self.env.distance_map.get()  # [T, H, W, 4]
         self.ids = np.random.default_rng(seed).random(self.trains) if ids is None else np.asarray(ids, dtype=float)
         self.book = PathBook(self)
+        self.masks, self.masks_step = {}, -1  # the decision's masks (``per_decision``), at that simulator step
         self.arrived = np.zeros(self.trains, dtype=bool)
         self.deadlocked = np.zeros(self.trains, dtype=bool)
         self.released = np.zeros(self.trains, dtype=bool)
@@ -228,21 +229,32 @@ class RailDecisionEnv:
 
     def action_mask(self, deciding: np.ndarray | None = None) -> np.ndarray:
         """bool [T, 3]: the actions each deciding train may take (all of them without the safety
-        layer, and for trains not deciding); ``deciding`` [T]: ``deciding()`` when the caller has it."""
+        layer, and for trains not deciding); ``deciding`` [T]: ``deciding()`` when the caller has it.
+        Computed once per decision (``per_decision``) and read-only."""
 
         if not self.safety:
             return np.ones((self.trains, 3), dtype=bool)
-        deciding = self.deciding() if deciding is None else deciding
-        return safe_actions(self.book, deciding, occupancy(self.env), self.wait, self.veto)
+        return self.per_decision("veto", deciding, self.wait, self.veto)
 
     def reservation_mask(self, deciding: np.ndarray | None = None) -> np.ndarray:
         """bool [T, 3]: the moves the reservation check of the whole path allows (stop only when none
         is): the layer's own choices, which ``shortest_path_actions`` turns into its rule whatever the
-        veto (``action_mask`` without the safety layer)."""
+        veto (``action_mask`` without the safety layer). Computed once per decision and read-only."""
         if not self.safety:
             return self.action_mask(deciding)
-        deciding = self.deciding() if deciding is None else deciding
-        return safe_actions(self.book, deciding, occupancy(self.env))
+        return self.per_decision("reservation", deciding)
+
+    def per_decision(self, kind: str, deciding: np.ndarray | None, *veto) -> np.ndarray:
+        """``safe_actions`` of the trains deciding now (``veto``: its wait and veto arguments), kept
+        until the simulator steps: the observation and the step of one decision ask for the same
+        masks of the same state."""
+        if self.masks_step != self.simulator_steps:
+            self.masks, self.masks_step = {}, self.simulator_steps
+        if kind not in self.masks:
+            deciding = self.deciding() if deciding is None else deciding
+            self.masks[kind] = safe_actions(self.book, deciding, occupancy(self.env), *veto)
+            self.masks[kind].flags.writeable = False  # shared by the observation and the step
+        return self.masks[kind]
 
     def shortest_path_actions(self, mask: np.ndarray, deciding: np.ndarray) -> np.ndarray:
         """actions [T]: each deciding train (``deciding`` [T] bool) takes the branch on its shortest path
@@ -273,10 +285,14 @@ class RailDecisionEnv:
         rewards, self.pending = self.pending, np.zeros(self.trains)
         steps = self.simulator_steps
         actions = np.asarray(actions)
-        if self.safety:
+        occupied = None
+        if self.safety:  # the cells the moves enter join ``occupied``, for the trains entering the map
+            chosen = self.action_mask(deciding)[np.arange(self.trains), actions]
+            actions = np.where(deciding & (actions != STOP) & ~chosen, STOP, actions)  # a masked move stops
             proposed = self.reservation_mask(deciding) if self.veto == "segment" else None
-            actions = shield(self.book, actions, deciding, occupancy(self.env), self.ids, self.veto, proposed)
-        self.simulate(self.simulator_actions(deciding, actions), rewards)
+            occupied = occupancy(self.env)
+            actions = shield(self.book, actions, deciding, occupied, self.ids, self.veto, proposed)
+        self.simulate(self.simulator_actions(deciding, actions, occupied), rewards)
         self.advance(rewards)
         # distance progress is paid at each decision: since this train's previous decision
         for h in np.flatnonzero(deciding | self.finished):
@@ -290,13 +306,15 @@ class RailDecisionEnv:
         while not self.done and not self.deciding().any():
             self.simulate(self.simulator_actions(np.zeros(self.trains, dtype=bool), None), rewards)
 
-    def simulator_actions(self, deciding: np.ndarray, actions) -> dict:
+    def simulator_actions(self, deciding: np.ndarray, actions, occupied: dict | None = None) -> dict:
         """The simulator's action per train: the decision's translation for deciding trains, MOVE_FORWARD
         for released trains elsewhere (entering the map when their start cell is free and, with the
-        safety layer, their path clear), DO_NOTHING for trains not released or finished."""
+        safety layer, their path clear), DO_NOTHING for trains not released or finished. ``occupied``:
+        the trains' cells with those the shielded moves of this step enter (``shield``), so that a
+        train entering the map sees where the deciding trains go; None reads the trains' cells."""
         from flatland.envs.step_utils.states import TrainState
 
-        out, occupied = {}, None  # the trains' cells, read once a train is ready to enter
+        out = {}
         for agent in self.env.agents:
             h = agent.handle
             if self.finished[h] or not self.released[h]:

@@ -18,7 +18,7 @@ the same way (``clear_to_enter``).
 Two vetoes (``VETOES``): ``"path"``, the reservation check above (``clear``), and ``"segment"``
 (``segment_clear``): only the head-on conflicts of the next segment, a move into track up to the
 train's next choice of exit on which a train is coming the other way, which no later decision can
-undo. The second leaves the trains free to break a knot of reservations (each waiting for a train
+undo, unless the reservation check allows the move. The second leaves the trains free to break a knot of reservations (each waiting for a train
 on its reserved path that waits for it), at the risk of a deadlock further on; the moves the
 reservation check allows are still shielded by it, so a policy that makes only those plays the
 layer exactly.
@@ -89,19 +89,27 @@ def clear(book: PathBook, handle: int, path: tuple, occupied: dict) -> bool:
 
 
 def segment_clear(book: PathBook, handle: int, path: tuple, occupied: dict) -> bool:
-    """Whether train ``handle`` may enter ``path`` under the segment veto: the path reaches the target
-    and no train stands on its next segment heading the other way with its own path through the cell
-    entered (``path[0]``; a train that arrives or turns off before it is no conflict). The next
-    segment: the path's cells up to and including the first where the train has a choice of exit
-    (a switch merging into its track does not end it: the train cannot leave there)."""
+    """Whether train ``handle`` may enter ``path`` under the segment veto: the reservation check allows
+    it (``clear``: the layer's own moves stay allowed, so this veto is the weaker one), or the path
+    reaches the target and no train stands on its next segment heading the other way with its own
+    path through the cell entered (``path[0]``) or ending on the segment before it (its target there:
+    whichever train reaches that cell first blocks the other; a train that turns off before it is no
+    conflict, one that cannot reach its target is). The next segment: the path's cells up to and including the first where the train has
+    a choice of exit (a switch merging into its track does not end it: the train cannot leave there).
+    The reservation check may allow what the second test forbids (a loop that brings the train back
+    onto its segment past trains with track of its own to meet them)."""
     if not path:
         return False
-    entered = path[0][0]
+    if clear(book, handle, path, occupied):
+        return True
+    entered, behind = path[0][0], set()  # behind: the segment's cells between the train and ``cell``
     for cell, heading in path:
         other = occupied.get(cell)
         if other is not None and other[0] != handle and other[1] != heading:
-            if cell == entered or entered in {c for c, _ in book.path(other[0], cell, other[1])}:
-                return False
+            theirs = book.path(other[0], cell, other[1])
+            if cell == entered or not theirs or theirs[-1][0] in behind or entered in {c for c, _ in theirs}:
+                return False  # it comes through the cell entered, or ends on this track before it
+        behind.add(cell)
         if book.is_switch(cell) and len(exits(book.env, cell, heading)) > 1:
             return True
     return True
@@ -113,12 +121,15 @@ segment only."""
 
 
 def move_path(book: PathBook, handle: int, action: int) -> tuple:
-    """The path (from the next cell) of a train on the map taking ``action`` (left / right branch)."""
+    """The path (from the next cell) of a train on the map taking ``action`` (left / right branch);
+    empty when the target cannot be reached that way (then no veto lets the move through)."""
     env = book.env
     position, heading = env.agents[handle].current_configuration
     ways = branches(env, position, heading)
     way = ways[0] if action == LEFT else ways[-1]
     cell = next_cell(position, way)
+    if not np.isfinite(book.distances[handle][(*cell, way)]):
+        return ()
     return ((cell, way),) + book.path(handle, cell, way)
 
 
@@ -148,7 +159,7 @@ def shield(
 ) -> np.ndarray:
     """``actions`` [T] with every deciding train's move that is not clear, given the moves of the
     deciding trains before it (by decreasing ``ids`` [T]), turned into STOP. ``occupied`` gains the
-    cells the moving trains enter. A move is checked by ``VETOES[veto]``, except that under the
+    cells the moving trains enter (a cell listed already keeps its train, which may not leave it). A move is checked by ``VETOES[veto]``, except that under the
     segment veto a move the reservation check allowed when the trains decided (``proposed`` [T, 3])
     keeps that check: the layer's own moves are shielded as the layer shields them, and only the
     moves it would not make get the weaker veto."""
@@ -159,7 +170,7 @@ def shield(
         path = move_path(book, handle, int(out[handle]))
         check = clear if proposed is None or proposed[handle, out[handle]] else VETOES[veto]
         if check(book, handle, path, occupied):
-            occupied[path[0][0]] = (handle, path[0][1])
+            occupied.setdefault(path[0][0], (handle, path[0][1]))  # a train listed there keeps the cell
         else:
             out[handle] = STOP
     return out

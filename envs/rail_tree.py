@@ -177,7 +177,7 @@ def observe(wrapper, depth: int, ids: np.ndarray, radius: int) -> dict:
         "edges": edges,
         "globals": globs,
         "deciding": deciding,
-        "mask": mask,
+        "mask": mask.copy(),  # the env keeps its own (read-only) for the step
         "prior": prior,
         "active": active,
         "neighbors": near & active[:, None] & active[None],
