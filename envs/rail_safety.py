@@ -18,10 +18,10 @@ the same way (``clear_to_enter``).
 Two vetoes (``VETOES``): ``"path"``, the reservation check above (``clear``), and ``"segment"``
 (``segment_clear``): only the head-on conflicts of the next segment, a move into track up to the
 train's next choice of exit on which a train is coming the other way, which no later decision can
-undo, unless the reservation check allows the move. The second leaves the trains free to break a knot of reservations (each waiting for a train
-on its reserved path that waits for it), at the risk of a deadlock further on; the moves the
-reservation check allows are still shielded by it, so a policy that makes only those plays the
-layer exactly.
+undo, unless the reservation check allows the move. The second leaves the trains free to break a
+knot of reservations (each waiting for a train on its reserved path that waits for it), at the
+risk of a deadlock further on; the moves the reservation check allows are still shielded by it, so
+a policy that makes only those plays the layer exactly.
 
 Shapes: T trains; ``ACTIONS`` of ``envs.rail``: stop, left branch, right branch.
 """
@@ -94,8 +94,9 @@ def segment_clear(book: PathBook, handle: int, path: tuple, occupied: dict) -> b
     reaches the target and no train stands on its next segment heading the other way with its own
     path through the cell entered (``path[0]``) or ending on the segment before it (its target there:
     whichever train reaches that cell first blocks the other; a train that turns off before it is no
-    conflict, one that cannot reach its target is). The next segment: the path's cells up to and including the first where the train has
-    a choice of exit (a switch merging into its track does not end it: the train cannot leave there).
+    conflict, one that cannot reach its target is). The next segment: the path's cells up to and
+    including the first where the train has a choice of exit (a switch merging into its track does
+    not end it: the train cannot leave there).
     The reservation check may allow what the second test forbids (a loop that brings the train back
     onto its segment past trains with track of its own to meet them)."""
     if not path:
@@ -159,10 +160,11 @@ def shield(
 ) -> np.ndarray:
     """``actions`` [T] with every deciding train's move that is not clear, given the moves of the
     deciding trains before it (by decreasing ``ids`` [T]), turned into STOP. ``occupied`` gains the
-    cells the moving trains enter (a cell listed already keeps its train, which may not leave it). A move is checked by ``VETOES[veto]``, except that under the
-    segment veto a move the reservation check allowed when the trains decided (``proposed`` [T, 3])
-    keeps that check: the layer's own moves are shielded as the layer shields them, and only the
-    moves it would not make get the weaker veto."""
+    cells the moving trains enter (a cell listed already keeps its train, which may not leave it). A
+    move is checked by ``VETOES[veto]``, except that under the segment veto a move the reservation
+    check allowed when the trains decided (``proposed`` [T, 3]) keeps that check: the layer's own
+    moves are shielded as the layer shields them, and only the moves it would not make get the
+    weaker veto."""
     out = np.array(actions, copy=True)
     for handle in sorted(np.flatnonzero(deciding), key=lambda h: -ids[h]):
         if out[handle] == STOP:
