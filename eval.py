@@ -26,7 +26,7 @@ from ppoor.data.references import pyvrp
 from ppoor.data.solution_files import write_solution
 from ppoor.envs import ENV_VARIANTS, VECTOR_ENVS
 from ppoor.envs.vrp import MIXES, VARIANTS
-from ppoor.models import CheckpointError
+from ppoor.models import CheckpointError, compiler_problem
 from ppoor.plotting.routes import plot_routes
 from ppoor.search.decoding import BEAM, DECODES, SAMPLED
 from ppoor.search.polish import POLISHED, polish
@@ -108,6 +108,9 @@ class Args:
     the network's own tours stay visible"""
     reencode: bool = False
     """re-run the encoder at every step (the original RLOR evaluation; for comparison only)"""
+    compile: bool = False
+    """torch.compile the decode step (inductor; needs a C++ compiler): faster decoding once each new batch
+    shape has compiled (seconds each); pays on large sets"""
     cuda: bool = True
     """use cuda when available"""
     threads: int | None = None
@@ -149,6 +152,8 @@ def check_args(args: Args) -> None:
         problems.append(f"--augment must be 1 or 8 (all the symmetries of the square), got {args.augment}")
     if args.output and not args.output.endswith(".json"):
         problems.append(f"--output {args.output}: the results are written as JSON; name a .json file")
+    if args.compile and (problem := compiler_problem()):
+        problems.append(f"--compile: {problem}")
     if args.plot and os.path.splitext(args.plot)[1].lower() not in PLOT_FORMATS:
         problems.append(f"--plot {args.plot}: name an image file ({', '.join(PLOT_FORMATS)})")
     fail(problems)
@@ -190,7 +195,10 @@ def main(args: Args, given: set[str] | None = None) -> None:
     keep_freed_memory()
     try:
         model = Model(
-            args.checkpoint, problem=args.problem, device="cuda" if torch.cuda.is_available() and args.cuda else "cpu"
+            args.checkpoint,
+            problem=args.problem,
+            device="cuda" if torch.cuda.is_available() and args.cuda else "cpu",
+            compile=args.compile,
         )
         if os.path.isdir(args.checkpoint):
             print(f"using {model.path} (the latest checkpoint of {args.checkpoint})", flush=True)

@@ -15,9 +15,11 @@ for reuse as ppo_or.py and eval.py do (``models.keep_freed_memory``).
     python bench/eval_throughput.py [--instances 500] [--batch-size 250] [--repeats 3]
     python bench/eval_throughput.py --num-nodes 50 100 --instances 200 --batch-size 100
     python bench/eval_throughput.py --threads 2    # both sides on two threads
+    python bench/eval_throughput.py --compile      # also our decode step compiled (torch.compile)
 """
 
 import argparse
+import copy
 import os
 import sys
 import time
@@ -29,7 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ppoor.envs import kool_dataset  # noqa: E402
-from ppoor.models import Agent  # noqa: E402
+from ppoor.models import Agent, compile_step, compiler_problem  # noqa: E402
 from ppoor.search import decode  # noqa: E402
 from ppoor.training.runtime import keep_freed_memory  # noqa: E402
 
@@ -38,9 +40,11 @@ SETTINGS = [("greedy", 1), ("multi-greedy", 1), ("greedy", 8), ("multi-greedy", 
 
 def rate(agent, data, mode, copies, batch_size, reencode, repeats, width=4):
     """Instances/s of ``decode``: the median of ``repeats`` timed runs after a warm-up on 2 instances
-    (``width``: the beam's)."""
+    and on one batch (two shapes: a compiled step then holds a graph for any batch size; ``width``:
+    the beam's)."""
     options = {"augment_copies": copies, "reencode": reencode, "beam_width": width}
     decode(agent, {k: v[:2] for k, v in data.items()}, mode, **options)
+    decode(agent, {k: v[:batch_size] for k, v in data.items()}, mode, batch_size=batch_size, **options)
     rates = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -76,6 +80,9 @@ def main():
     parser.add_argument("--beam-width", type=int, default=16, help="the beam search's width (at least 2, as RL4CO's)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of both sides (1 to the cores here)")
     parser.add_argument("--skip-reencoding", action="store_true", help="leave out the re-encoding baseline")
+    parser.add_argument(
+        "--compile", action="store_true", help="also time our decoder with its step compiled (models.compile_step)"
+    )
     args = parser.parse_args()
     if not 1 <= args.threads <= (os.cpu_count() or 1):
         sys.exit(f"error: --threads must be between 1 and {os.cpu_count()} (the cores here), got {args.threads}")
@@ -85,12 +92,15 @@ def main():
         sys.exit(f"error: --beam-width must be at least 2 (RL4CO's beam search needs it), got {args.beam_width}")
     if min(args.instances, args.baseline_instances, args.batch_size, args.repeats) < 1:
         sys.exit("error: --instances, --baseline-instances, --batch-size and --repeats must be at least 1")
+    if args.compile and (problem := compiler_problem()):
+        sys.exit(f"error: --compile: {problem}")
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as ppo_or.py and eval.py run
     torch.manual_seed(0)
     print(f"{args.threads} thread(s), instances/s (untrained weights: speed does not depend on them)")
     for nodes, problem in ((n, p) for n in args.num_nodes for p in ("tsp", "cvrp")):
         agent = Agent(problem).eval()
+        compiled_agent = compile_step(copy.deepcopy(agent)) if args.compile else None
         data = kool_dataset(problem, nodes, "test", args.instances)
         small = {k: v[: args.baseline_instances] for k, v in data.items()}
         for mode, copies in SETTINGS:
@@ -101,8 +111,18 @@ def main():
             else:
                 reencoded = rate(agent, small, mode, copies, args.batch_size, True, 1)
                 line = f"{problem.upper()}{nodes} {name:<16}: cached {cached:8.1f}/s, re-encoding {reencoded:7.1f}/s, ratio {cached / reencoded:5.1f}x"
+            compiled = compiled_agent and rate(
+                compiled_agent, data, mode, copies, args.batch_size, False, args.repeats, args.beam_width
+            )
+            if compiled:
+                line += f", compiled {compiled:8.1f}/s"
             peer = rl4co_rate(problem, data, mode, copies, args.batch_size, args.repeats, args.beam_width)
-            line += f"; RL4CO {peer:7.1f}/s ({cached / peer:.1f}x)" if peer else "; RL4CO not installed"
+            if peer:
+                line += f"; RL4CO {peer:7.1f}/s ({cached / peer:.1f}x" + (
+                    f", compiled {compiled / peer:.1f}x)" if compiled else ")"
+                )
+            else:
+                line += "; RL4CO not installed"
             if problem == "tsp" and nodes == 50 and name == "multi-greedy":
                 line += f"; original RLOR eval: 12.7/s ({cached / 12.7:.1f}x)"
             print(line, flush=True)

@@ -1,6 +1,6 @@
 """The refactored Attention Model: cached encoder, parallel decoding, state wrapper, checkpoints."""
 
-from ppoor.models.agent import Agent
+from ppoor.models.agent import Agent, compile_step, compiler_problem
 from ppoor.models.attention_model import AttentionModel, Cache
 from ppoor.models.checkpoints import (
     CheckpointError,
@@ -18,6 +18,8 @@ __all__ = [
     "Cache",
     "CheckpointError",
     "StateWrapper",
+    "compile_step",
+    "compiler_problem",
     "export_weights",
     "latest_checkpoint",
     "load_agent",

@@ -49,3 +49,27 @@ def sample(logp: torch.Tensor, generator: torch.Generator | None = None) -> torc
     cdf = logp.exp().cumsum(-1)
     u = 1 - torch.rand(*cdf.shape[:-1], 1, device=cdf.device, generator=generator)
     return torch.searchsorted(cdf, u * cdf[..., -1:]).squeeze(-1)
+
+
+def compile_step(agent: Agent) -> Agent:
+    """Compiles the agent's decode step (``forward``: logits [B, N, A] and values [B, N] from the cached
+    encoding, in rollouts, decoding and the PPO update) with ``torch.compile`` (inductor), in place; the
+    encoder stays eager, and the weights and their names do not change. The first steps of each new
+    shape compile (seconds); ``bench/eval_throughput.py --compile`` measures what it saves. Raises
+    ``ValueError`` where inductor finds no working C++ compiler (``compiler_problem``)."""
+    if problem := compiler_problem():
+        raise ValueError(problem)
+    agent.compile()
+    return agent
+
+
+def compiler_problem() -> str | None:
+    """None where torch's inductor finds a working C++ compiler (its own search: $CXX, then g++,
+    clang++ on macOS), else a one-line message that says what to install."""
+    from torch._inductor import cpp_builder  # imported on use: it is heavy
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except Exception as error:
+        return f"compiling the decode step needs a C++ compiler for torch's inductor (install g++ or set CXX): {error}"
+    return None

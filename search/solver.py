@@ -28,7 +28,7 @@ from ppoor.data.datasets import STANDARD_SETS, DataError, Dataset, check_referen
 from ppoor.data.references import SOLVERS, solve_reference
 from ppoor.envs import ENV_IDS, ENV_VARIANTS
 from ppoor.envs.vrp import MIXES, VARIANTS
-from ppoor.models import latest_checkpoint, load_agent
+from ppoor.models import compile_step, latest_checkpoint, load_agent
 from ppoor.search.decoding import DECODES, MULTI_START, trajectories
 from ppoor.search.decoding import decode as decode_instances
 from ppoor.training.runs import memory_problem
@@ -83,12 +83,17 @@ class Model:
     """A trained model, loaded once: a shipped name (``"tsp50"``, ``"families/op20"``), a checkpoint
     of ``ppo_or.py``, a run folder (its latest checkpoint) or a published RLOR state dict, all read
     with ``weights_only=True``. ``problem``, when given, must be the checkpoint's; ``device``
-    defaults to the GPU where there is one."""
+    defaults to the GPU where there is one; ``compile`` compiles the decode step
+    (``models.compile_step``: faster decoding once each new batch shape has compiled)."""
 
-    def __init__(self, checkpoint: str | os.PathLike = "tsp20", problem: str | None = None, device=None):
+    def __init__(
+        self, checkpoint: str | os.PathLike = "tsp20", problem: str | None = None, device=None, compile: bool = False
+    ):
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.path = latest_checkpoint(checkpoint)
         self.agent, ckpt = load_agent(self.path, problem=problem, device=self.device)
+        if compile:
+            compile_step(self.agent)
         self.problem: str = ckpt["problem"]
         self.num_nodes: int = ckpt["num_nodes"]  # the training size: the standard sets' default
         # the training variant (the VRP's, and the families' that have several): the standard sets' default

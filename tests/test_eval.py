@@ -379,6 +379,15 @@ def test_polish_prints_its_own_row_and_writes_its_tours(tmp_path, small_checkpoi
         run(tmp_path, "--checkpoint", "families/pdp20", "--num-instances", "2", "--polish")
 
 
+def test_compile_without_a_cxx_compiler_fails_in_one_line_before_loading(small_checkpoints, monkeypatch):
+    from torch._inductor import config
+
+    monkeypatch.setattr(config.cpp, "cxx", ("/nonexistent/g++",))
+    message = fails("--checkpoint", str(small_checkpoints["tsp"]), "--compile")
+    assert message.startswith("error: --compile: compiling the decode step needs a C++ compiler")
+    assert "\n" not in message
+
+
 def test_the_vrp_polish_without_pyvrp_fails_in_one_line_before_decoding(small_checkpoints, monkeypatch):
     """The installed wheel without PyVRP printed a traceback after decoding; now one line, first."""
     monkeypatch.setitem(sys.modules, "pyvrp", None)  # import pyvrp raises ImportError

@@ -7,17 +7,21 @@ from ppoor.models import (
     Agent,
     CheckpointError,
     StateWrapper,
+    compile_step,
+    compiler_problem,
     export_weights,
     load_agent,
     read_checkpoint,
     save_checkpoint,
 )
 from ppoor.search import decode
+from torch._dynamo.utils import counters
 
 RLOR = SHARED / "checkpoints" / "rlor"
 needs_rlor = pytest.mark.skipif(
     not RLOR.exists(), reason=f"{RLOR} is absent (the shared folder is not beside this clone)"
 )
+needs_cxx = pytest.mark.skipif(compiler_problem() is not None, reason="torch.compile's inductor finds no C++ compiler")
 
 
 def episode_states(problem, m=3, n=8, traj=4, seed=0):
@@ -117,6 +121,53 @@ def test_instances_in_a_batch_do_not_influence_each_other(problem):
         alone = agent(alone_cache, {k: v[2:3] for k, v in state.items()})
         torch.testing.assert_close(alone[0], logits[2:3], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(alone[1], values[2:3], rtol=1e-5, atol=1e-5)
+
+
+@needs_cxx
+@pytest.mark.parametrize("problem", ["tsp", "cvrp", "mtvrp"])
+def test_the_compiled_step_computes_what_the_eager_one_does(problem):
+    """models.compile_step (torch.compile of the decode step): on the states of random episodes
+    (every step of a rollout's shape, then all steps at once: the PPO update's), the logits, values
+    and the gradients of a loss on them, down to the encoder's weights, equal the eager model's."""
+    eager = make_agent(problem, seed=3).train()
+    compiled = compile_step(make_agent(problem, seed=3).train())
+    static, states = episode_states(problem, seed=5)
+    # every step of the episode at once, as the PPO update decodes them: queries [B, T x N]
+    update = {**static, **{key: torch.cat([s[key] for s in states], 1) for key in states[0] if key not in static}}
+    graphs = counters["stats"]["unique_graphs"]
+    for state in (*states[:3], update):
+        outputs = []
+        for agent in (eager, compiled):
+            agent.zero_grad()
+            logits, value = agent(agent.encode(static), state)
+            logp = torch.log_softmax(logits, -1).masked_fill(~state["action_mask"], 0.0)
+            (logp.sum() + value.square().sum()).backward()
+            outputs.append((logits, value, agent.encoder[0].attention.query.weight.grad.clone()))
+        for a, b in zip(*outputs, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] > graphs  # the step did run compiled
+    assert dict(compiled.state_dict()).keys() == dict(eager.state_dict()).keys()  # checkpoints unchanged
+
+
+@needs_cxx
+@pytest.mark.parametrize(("problem", "mode"), [("tsp", "greedy"), ("tsp", "multi-greedy"), ("cvrp", "multi-greedy")])
+def test_a_compiled_model_decodes_the_same_solutions(problem, mode):
+    """The decodes of a compiled step equal the eager ones, tour for tour, over batches of two sizes."""
+    data = kool_dataset(problem, 10, "test", 7)
+    eager = decode(make_agent(problem), data, mode, batch_size=4)
+    compiled = decode(compile_step(make_agent(problem)), data, mode, batch_size=4)
+    np.testing.assert_allclose(compiled.lengths, eager.lengths, rtol=1e-6)
+    assert all((a == b).all() for a, b in zip(compiled.tours, eager.tours, strict=True))
+
+
+def test_without_a_cxx_compiler_compiling_fails_in_one_line(monkeypatch):
+    from torch._inductor import config
+
+    monkeypatch.setattr(config.cpp, "cxx", ("/nonexistent/g++",))
+    problem = compiler_problem()
+    assert problem.startswith("compiling the decode step needs a C++ compiler") and "\n" not in problem
+    with pytest.raises(ValueError, match="needs a C\\+\\+ compiler"):
+        compile_step(make_agent("tsp"))
 
 
 def test_gradients_reach_the_encoder_through_the_cache():

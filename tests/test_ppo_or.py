@@ -14,7 +14,7 @@ from checks import SHARED
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ppoor.envs import ENV_IDS, kool_dataset, standard_dataset
-from ppoor.models import Agent, load_agent, read_checkpoint
+from ppoor.models import Agent, compiler_problem, load_agent, read_checkpoint
 from ppoor.search import decode
 from ppoor.training.routing import stack_states
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -475,7 +475,9 @@ def test_chunks_accumulate_the_gradient_of_the_whole_minibatch(chunk, norm_adv, 
         before = [p.detach().clone() for p in agent.parameters()]
         optimizer = torch.optim.SGD(agent.parameters(), lr=1.0)
         torch.manual_seed(seed)
-        stats = ppo_or.ppo_update(agent, optimizer, update_data(static, steps, batch), args, rows, contextlib.nullcontext())
+        stats = ppo_or.ppo_update(
+            agent, optimizer, update_data(static, steps, batch), args, rows, contextlib.nullcontext()
+        )
         results.append(([b - p.detach() for b, p in zip(before, agent.parameters(), strict=True)], stats))
     (whole, whole_stats), (chunked, chunked_stats) = results
     moved = 0
@@ -559,7 +561,9 @@ def test_the_trust_region_stops_the_update_and_steers_the_learning_rate():
         agent, static, steps, batch = rollout_batch(3)
         optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
         args = ppo_or.Args(num_envs=6, n_traj=5, num_nodes=5, minibatch_size=2, update_epochs=3, target_kl=target)
-        stats = ppo_or.ppo_update(agent, optimizer, update_data(static, steps, batch), args, 2, contextlib.nullcontext())
+        stats = ppo_or.ppo_update(
+            agent, optimizer, update_data(static, steps, batch), args, 2, contextlib.nullcontext()
+        )
         taken[target] = stats["optimizer_steps"]
         assert {"policy_loss", "entropy", "approx_kl", "clipfrac"} <= set(stats)
     assert taken == {None: 9, 1e-9: 1}
@@ -569,6 +573,25 @@ def test_the_trust_region_stops_the_update_and_steers_the_learning_rate():
     assert steer(0.9, 0.001, 0.01) == 1.0
     assert steer(0.5, 0.01, 0.01) == 0.5
     assert steer(1e-3, 1.0, 0.01) == 1e-3
+
+
+@pytest.mark.skipif(compiler_problem() is not None, reason="torch.compile's inductor finds no C++ compiler")
+def test_a_compiled_run_trains_resumes_and_fails_without_a_compiler(tmp_path):
+    """--compile: rollouts and updates through the compiled decode step; the checkpoint holds the
+    plain weights (a resume without --compile continues it); no C++ compiler: one line, no run."""
+    train(tmp_path, "--num-nodes", "8", "--total-timesteps", "200", "--eval-interval", "2", "--compile", *TINY)
+    (checkpoint,) = (run_dir(tmp_path) / "ckpt").iterdir()
+    weights = torch.load(checkpoint, weights_only=True)["model"]
+    assert weights.keys() == Agent("tsp").state_dict().keys()
+    assert all(torch.isfinite(w).all() for w in weights.values())
+    train(tmp_path, "--resume", str(checkpoint), "--total-timesteps", "300", "--no-compile")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "ppo_or.py"), "--compile", "--exp-name", "nocxx", *TINY],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "CXX": "/nonexistent/g++"},
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert result.stderr.startswith("error: --compile: compiling the decode step needs a C++ compiler")
+    assert not any("nocxx" in p.name for p in (tmp_path / "runs").iterdir())
 
 
 @pytest.mark.parametrize("warmup", [0, 1, 4, 20])
