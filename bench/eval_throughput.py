@@ -10,7 +10,9 @@ run, on the first Kool test instances. One external figure stays quoted: the ori
 evaluation took 79 s per 1,000 TSP50 instances in multi-greedy (12.7/s) on one thread here.
 
 Each cached figure is the median of --repeats runs after a warm-up; the process keeps freed memory
-for reuse as ppo_or.py and eval.py do (``models.keep_freed_memory``).
+for reuse as ppo_or.py and eval.py do (``models.keep_freed_memory``). ``--compile`` also times our
+decoder with its step compiled (``models.compile_step``), compiled afresh for each decode as one
+eval.py run compiles for its own, the compiling left to the warm-up.
 
     python bench/eval_throughput.py [--instances 500] [--batch-size 250] [--repeats 3]
     python bench/eval_throughput.py --num-nodes 50 100 --instances 200 --batch-size 100
@@ -100,7 +102,6 @@ def main():
     print(f"{args.threads} thread(s), instances/s (untrained weights: speed does not depend on them)")
     for nodes, problem in ((n, p) for n in args.num_nodes for p in ("tsp", "cvrp")):
         agent = Agent(problem).eval()
-        compiled_agent = compile_step(copy.deepcopy(agent)) if args.compile else None
         data = kool_dataset(problem, nodes, "test", args.instances)
         small = {k: v[: args.baseline_instances] for k, v in data.items()}
         for mode, copies in SETTINGS:
@@ -111,9 +112,13 @@ def main():
             else:
                 reencoded = rate(agent, small, mode, copies, args.batch_size, True, 1)
                 line = f"{problem.upper()}{nodes} {name:<16}: cached {cached:8.1f}/s, re-encoding {reencoded:7.1f}/s, ratio {cached / reencoded:5.1f}x"
-            compiled = compiled_agent and rate(
-                compiled_agent, data, mode, copies, args.batch_size, False, args.repeats, args.beam_width
-            )
+            compiled = None
+            if args.compile:  # compiled afresh for each decode, as one eval.py run compiles for its own
+                torch._dynamo.reset()
+                compiled_agent = compile_step(copy.deepcopy(agent))
+                compiled = rate(
+                    compiled_agent, data, mode, copies, args.batch_size, False, args.repeats, args.beam_width
+                )
             if compiled:
                 line += f", compiled {compiled:8.1f}/s"
             peer = rl4co_rate(problem, data, mode, copies, args.batch_size, args.repeats, args.beam_width)

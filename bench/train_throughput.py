@@ -23,6 +23,7 @@ prints torch.profiler's table of that iteration (ops by self CPU time).
     python bench/train_throughput.py --num-nodes 50 --num-envs 64 256 --preset rlor
     python bench/train_throughput.py --num-nodes 100 --iterations 2 --profile
     python bench/train_throughput.py --num-nodes 50 --minibatch-size 128 --step-fraction 0.5
+    python bench/train_throughput.py --num-nodes 50 --compile    # ppo_or.py --compile
 """
 
 import argparse
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import torch
 from inprocess import iteration_rows, trainer_run
+from ppoor.models import compiler_problem
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -159,21 +161,30 @@ def main():
         "--minibatch-size", type=int, default=None, help="ppo_or.py's --minibatch-size (default: its own)"
     )
     parser.add_argument("--step-fraction", type=float, default=1.0, help="ppo_or.py's --step-fraction")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="time ppo_or.py --compile (the model FLOPs are counted eagerly: the same)",
+    )
     args = parser.parse_args()
     if min(args.num_nodes) < 5 or min(args.num_envs) < 8 or args.iterations < 1:
         sys.exit("error: --num-nodes at least 5, --num-envs at least 8, --iterations at least 1")
+    if args.compile and (problem := compiler_problem()):
+        sys.exit(f"error: --compile: {problem}")
     epochs = ppo_or.PRESETS[args.preset].update_epochs
     extra = ("--step-fraction", str(args.step_fraction))
     extra += ("--minibatch-size", str(args.minibatch_size)) if args.minibatch_size else ()
     print(
-        f"TSP, preset {args.preset} ({epochs} update epoch(s)), 1 thread; times per iteration (one rollout + one update)"
+        f"TSP, preset {args.preset} ({epochs} update epoch(s)), 1 thread{', decode step compiled' if args.compile else ''}; "
+        "times per iteration (one rollout + one update)"
     )
     peak = matmul_peak()
     print(f"peak: float32 2048x2048 matmul on 1 thread, {peak / 1e9:.1f} GFLOP/s")
     for nodes in args.num_nodes:
         for m in args.num_envs:
-            cached = measure(nodes, m, args.preset, args.iterations, True, extra)
-            uncached = measure(nodes, m, args.preset, args.iterations, False, extra)
+            timed = extra + (("--compile",) if args.compile else ())  # the first iteration compiles: not timed
+            cached = measure(nodes, m, args.preset, args.iterations, True, timed)
+            uncached = measure(nodes, m, args.preset, args.iterations, False, timed)
             ratio = cached["update"] / cached["rollout"]
             line = (
                 f"TSP{nodes} M={m}: {cached['sps']:,.0f} env steps/s, rollout {cached['rollout']:.2f}s + update "
