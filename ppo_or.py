@@ -203,8 +203,8 @@ class Args:
     amp: bool = False
     """bf16 autocast of the model on a CUDA GPU (losses and advantages stay float32)"""
     compile: bool = False
-    """torch.compile the decode step (inductor; needs a C++ compiler): rollouts and updates run faster once
-    the first iterations have compiled it (tens of seconds); the encoder stays eager"""
+    """torch.compile the decode step (inductor; needs a C++ compiler; the first iteration compiles it): the
+    same weights and updates; on the CPU measured no faster (docs/training.md), for other machines to try"""
 
     total_seconds: float | None = None
     """stop after this much training wall time (summed over resumes), with a checkpoint; the learning rate then

@@ -84,7 +84,8 @@ class Model:
     of ``ppo_or.py``, a run folder (its latest checkpoint) or a published RLOR state dict, all read
     with ``weights_only=True``. ``problem``, when given, must be the checkpoint's; ``device``
     defaults to the GPU where there is one; ``compile`` compiles the decode step
-    (``models.compile_step``: faster decoding once each new batch shape has compiled)."""
+    (``models.compile_step``: each new batch shape compiles first; whether it pays depends on the
+    decode and the machine, ``bench/eval_throughput.py --compile``)."""
 
     def __init__(
         self, checkpoint: str | os.PathLike = "tsp20", problem: str | None = None, device=None, compile: bool = False

@@ -379,11 +379,11 @@ def test_polish_prints_its_own_row_and_writes_its_tours(tmp_path, small_checkpoi
         run(tmp_path, "--checkpoint", "families/pdp20", "--num-instances", "2", "--polish")
 
 
-def test_compile_without_a_cxx_compiler_fails_in_one_line_before_loading(small_checkpoints, monkeypatch):
+def test_compile_without_a_cxx_compiler_fails_in_one_line_before_loading(small_checkpoints):
     from torch._inductor import config
 
-    monkeypatch.setattr(config.cpp, "cxx", ("/nonexistent/g++",))
-    message = fails("--checkpoint", str(small_checkpoints["tsp"]), "--compile")
+    with config.patch({"cpp.cxx": ("/nonexistent/g++",)}):
+        message = fails("--checkpoint", str(small_checkpoints["tsp"]), "--compile")
     assert message.startswith("error: --compile: compiling the decode step needs a C++ compiler")
     assert "\n" not in message
 
