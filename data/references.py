@@ -238,7 +238,7 @@ def pyvrp_model(dataset: Dataset, index: int) -> tuple[object, int]:
 def kool_references(problem: str, num_nodes: int, split: str, count: int, cache_dir: str) -> np.ndarray | None:
     """Reference lengths [count] of the first ``count`` instances of a Kool et al. set (unit square),
     for the gaps of the trainer's periodic evaluation: the shipped ones (TSP 20 / 50 / 100 by LKH,
-    CVRP 20 / 50 by PyVRP, 1,000 validation instances each), else for TSP computed once with elkai
+    CVRP 20 / 50 / 100 by PyVRP, 1,000 validation instances each), else for TSP computed once with elkai
     and cached as an .npy in ``cache_dir``. None (with a note) where they cannot be had."""
     shipped = shipped_references(problem, num_nodes, split, count)
     if shipped is not None or problem != "tsp":

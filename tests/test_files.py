@@ -189,10 +189,10 @@ def test_bad_files_and_checkpoints_stop_with_one_line(tmp_path):
 
 
 def test_shipped_checkpoints_and_references_are_found_by_name():
-    assert {"tsp20", "tsp50", "cvrp20", "cvrp50", "mtvrp20", "mtvrp50", "flatland/flatland35"} <= set(shipped_names())
+    assert {"tsp20", "tsp50", "cvrp20", "cvrp50", "mtvrp20", "mtvrp50", "tsp100", "cvrp100", "flatland/flatland35"} <= set(shipped_names())
     assert shipped_checkpoint("checkpoints/tsp20.pt") == shipped_checkpoint("tsp20")
     assert shipped_checkpoint("../README") is None
-    for problem, n in (("tsp", 20), ("tsp", 50), ("tsp", 100), ("cvrp", 20), ("cvrp", 50)):
+    for problem, n in (("tsp", 20), ("tsp", 50), ("tsp", 100), ("cvrp", 20), ("cvrp", 50), ("cvrp", 100)):
         lengths = kool_references(problem, n, "val", 1000, "/nonexistent")
         assert lengths.shape == (1000,) and (lengths > 0).all()
     assert kool_references("tsp", 20, "val", 10, "/nonexistent").shape == (10,)
