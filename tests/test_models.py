@@ -170,7 +170,8 @@ def test_without_a_cxx_compiler_compiling_fails_in_one_line():
         assert problem.startswith("compiling the decode step needs a C++ compiler") and "\n" not in problem
         with pytest.raises(ValueError, match="needs a C\\+\\+ compiler"):
             compile_step(make_agent("tsp"))
-    assert compiler_problem() is None or "/nonexistent" not in compiler_problem()  # the setting is back
+    after = compiler_problem()
+    assert after is None or "/nonexistent" not in after  # the setting is back
 
 
 def test_gradients_reach_the_encoder_through_the_cache():
