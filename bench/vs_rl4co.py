@@ -6,6 +6,7 @@ multi-greedy and multi-greedy x8.
     python bench/vs_rl4co.py --env-id tsp-v0 --num-nodes 50 --minutes 60 --marks 10 20 40 60
     python bench/vs_rl4co.py --env-id cvrp-v0 --num-nodes 50 --minutes 60 --marks 10 20 40 60
     python bench/vs_rl4co.py --env-id tsp-v0 --num-nodes 50 --evaluate   # score the runs in --out again
+    python bench/vs_rl4co.py --env-id tsp-v0 --num-nodes 100 --evaluate --marks 40 60   # some marks (kept beside the others)
 
 ppo-or trains with its defaults at a CPU shape (``--num-envs 256``; ``--ppo-or-args`` adds arguments); the peer is RL4CO's POMO
 (``pip install -r requirements-bench.txt``) with POMO's own settings (batch 64, Adam 1e-4, every node
@@ -153,7 +154,10 @@ def main():
                 str(args.minutes), "--seed", str(args.seed), "--train-rl4co", str(args.out.resolve() / "rl4co-pomo")]  # fmt: skip
         run_side_by_side({"ppo-or": ours, "rl4co-pomo": peer}, args.out, args.jobs)
     rows = evaluate(args, problem, marks)
-    (args.out / "results.json").write_text(json.dumps(rows, indent=1))
+    results = args.out / "results.json"  # rows of other marks scored before (e.g. by another --evaluate) are kept
+    earlier = json.loads(results.read_text()) if args.evaluate and results.is_file() else []
+    rows = sorted([r for r in earlier if r["mark"] not in marks] + rows, key=lambda r: r["mark"])
+    results.write_text(json.dumps(rows, indent=1))
     print(f"\n{args.env_id} n = {args.num_nodes}, the first {args.instances} Kool test instances, mean gap to the "
           "shipped references, 1 thread each" + (", trained at once" if args.jobs == 2 else ""))  # fmt: skip
     print("| mark (min) | trainer | minutes | " + " | ".join(label for label, _, _ in SETTINGS) + " | invalid tours |")
