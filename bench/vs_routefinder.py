@@ -14,7 +14,8 @@ limit is given RouteFinder's rule (drawn per instance, as in the test sets; RL4C
 never binds). ppo-or trains ``mtvrp-v0`` (the same 16-variant mix) with its defaults
 (``--num-envs 256``, the recipe of ``checkpoints/mtvrp20.pt``). Both save a checkpoint each minute; a
 mark is scored with the first one written at or after it. Every tour of both is checked by
-``search.solutions.vrp_cost``. PyVRP references (``--solver-seconds`` each) are cached in ``--out``.
+``search.solutions.vrp_cost``. PyVRP references (``--solver-seconds`` each): the shipped ones at
+n = 50 and 100, else solved and cached in ``--out``.
 """
 
 import os
@@ -32,7 +33,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from ppoor.data.datasets import load_data  # noqa: E402
+from ppoor.data.datasets import VRP_SHIPPED_SECONDS, load_data, shipped_references  # noqa: E402
 from ppoor.data.references import solve_reference  # noqa: E402
 from ppoor.envs.vrp import CLASSIC  # noqa: E402
 from ppoor.models import load_agent, read_checkpoint  # noqa: E402
@@ -74,10 +75,16 @@ def train(name: str, args: argparse.Namespace) -> list[str]:
 
 
 def test_sets(args: argparse.Namespace) -> dict:
-    """variant -> (data, PyVRP references [K]) for the first --instances of each classic variant."""
+    """variant -> (data, PyVRP references [K]) for the first --instances of each classic variant:
+    the shipped lengths where they were solved with --solver-seconds, else solved and cached in --out."""
     sets = {}
     for variant in CLASSIC:
         (data,) = load_data("test", "mtvrp", args.num_nodes, args.instances, variant=variant)
+        if VRP_SHIPPED_SECONDS.get(args.num_nodes) == args.solver_seconds:
+            shipped = shipped_references("mtvrp", args.num_nodes, "test", args.instances, variant)
+            if shipped is not None:
+                sets[variant] = (data, shipped)
+                continue
         cache = args.out / f"{variant}{args.num_nodes}_test_first{args.instances}_pyvrp{args.solver_seconds:g}s.npy"
         if not cache.exists():
             print(f"PyVRP references for {variant} ({args.instances} x {args.solver_seconds:g} s)", flush=True)
@@ -140,13 +147,17 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=2, choices=(1, 2), help="2: both trainers at once")
     parser.add_argument("--instances", type=int, default=100, help="first test instances of each variant")
-    parser.add_argument("--solver-seconds", type=float, default=0.5, help="PyVRP seconds per instance")
+    parser.add_argument("--solver-seconds", type=float,
+                        help="PyVRP seconds per instance (default: the shipped references' 1 s at n = 50, 2 s at "
+                             "100; 0.5 s at other sizes)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("bench-runs/vs-routefinder"))
     parser.add_argument("--evaluate", action="store_true", help="score the runs in --out, train nothing")
     parser.add_argument("--train-rl4co", type=Path, help=argparse.SUPPRESS)  # the peer's child process
     args = parser.parse_args()
     if not (0 < args.minutes <= 24 * 60 and 1 <= args.instances <= 1000 and 5 <= args.num_nodes <= 1000):
         sys.exit("error: --minutes in (0, 1440], --instances in 1..1000, --num-nodes in 5..1000")
+    if args.solver_seconds is None:
+        args.solver_seconds = VRP_SHIPPED_SECONDS.get(args.num_nodes, 0.5)
     if args.solver_seconds <= 0 or not np.isfinite(args.solver_seconds):
         sys.exit("error: --solver-seconds must be a positive number")
     if args.train_rl4co:
