@@ -13,6 +13,7 @@ repeats are dropped and the final return added.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -181,6 +182,25 @@ def run_side_by_side(commands: dict[str, list[str]], out: Path, jobs: int) -> No
     if any(codes):
         sys.exit(f"error: a trainer failed (exit codes {codes}); see the logs in {out}")
     print(f"trained in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
+
+
+def save_results(out: Path, rows: list[dict], marks: list[float], keep: bool) -> list[dict]:
+    """Writes out/results.json: ``rows`` (the scored ``marks``) and, with ``keep`` (an --evaluate run),
+    the rows of other marks already there (scored by another --evaluate, e.g. at once on the other
+    core); returns all rows written, by mark."""
+    results = out / "results.json"
+    earlier = json.loads(results.read_text()) if keep and results.is_file() else []
+    rows = sorted([r for r in earlier if r["mark"] not in marks] + rows, key=lambda r: r["mark"])
+    results.write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+def latest_run(out: Path, prefix: str) -> Path:
+    """The ckpt folder of the latest ppo-or run in out/runs named ``prefix``...; exits with one line if none."""
+    runs = sorted(out.glob(f"runs/{prefix}*"))
+    if not runs:
+        sys.exit(f"error: {out} holds no ppo-or run {prefix}*: train first (without --evaluate), or give its --out")
+    return runs[-1] / "ckpt"
 
 
 def mark_checkpoints(folder: Path, marks: list[float], elapsed) -> list[tuple[float, Path]]:

@@ -23,7 +23,6 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import shlex  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -40,12 +39,14 @@ from ppoor.models import load_agent, read_checkpoint  # noqa: E402
 from ppoor.search import decode  # noqa: E402
 from ppoor.search.solutions import InvalidTourError, tour_length, validate_tour  # noqa: E402
 from rl4co_peer import (  # noqa: E402
+    latest_run,
     mark_checkpoints,
     pomo_policy,
     ppo_or_command,
     rl4co_decode,
     rl4co_env,
     run_side_by_side,
+    save_results,
     train_rl4co,
 )
 
@@ -86,7 +87,7 @@ def evaluate(args: argparse.Namespace, problem: str, marks: list[float]) -> list
     )
     if references is None or len(references) < args.instances:
         sys.exit(f"error: no {args.instances} reference lengths for {args.env_id} n={args.num_nodes}: give --references")
-    ours = mark_checkpoints(sorted(args.out.glob(f"runs/{args.env_id}__vs-rl4co*"))[-1] / "ckpt", marks,
+    ours = mark_checkpoints(latest_run(args.out, f"{args.env_id}__vs-rl4co"), marks,
                             lambda p: read_checkpoint(p).get("elapsed_seconds", 0.0))  # fmt: skip
     theirs = mark_checkpoints(args.out / "rl4co-pomo" / "ckpt", marks,
                               lambda p: torch.load(p, weights_only=True)["elapsed_seconds"])  # fmt: skip
@@ -153,11 +154,7 @@ def main():
         peer = [sys.executable, __file__, "--env-id", args.env_id, "--num-nodes", str(args.num_nodes), "--minutes",
                 str(args.minutes), "--seed", str(args.seed), "--train-rl4co", str(args.out.resolve() / "rl4co-pomo")]  # fmt: skip
         run_side_by_side({"ppo-or": ours, "rl4co-pomo": peer}, args.out, args.jobs)
-    rows = evaluate(args, problem, marks)
-    results = args.out / "results.json"  # rows of other marks scored before (e.g. by another --evaluate) are kept
-    earlier = json.loads(results.read_text()) if args.evaluate and results.is_file() else []
-    rows = sorted([r for r in earlier if r["mark"] not in marks] + rows, key=lambda r: r["mark"])
-    results.write_text(json.dumps(rows, indent=1))
+    rows = save_results(args.out, evaluate(args, problem, marks), marks, keep=args.evaluate)
     print(f"\n{args.env_id} n = {args.num_nodes}, the first {args.instances} Kool test instances, mean gap to the "
           "shipped references, 1 thread each" + (", trained at once" if args.jobs == 2 else ""))  # fmt: skip
     print("| mark (min) | trainer | minutes | " + " | ".join(label for label, _, _ in SETTINGS) + " | invalid tours |")

@@ -4,7 +4,8 @@ marks scored on the same RouteFinder test instances (``envs.vrp.vrp_dataset``, i
 1234) against PyVRP: mean gap over the variants, greedy and multi-greedy x8.
 
     python bench/vs_routefinder.py --minutes 20 --marks 5 10 20 --num-nodes 20 --instances 100 --jobs 2
-    python bench/vs_routefinder.py --evaluate bench-runs/vs-routefinder   # score finished runs again
+    python bench/vs_routefinder.py --evaluate   # score the finished runs in --out again
+    python bench/vs_routefinder.py --num-nodes 50 --minutes 60 --evaluate --marks 40 60   # some marks (kept beside the others)
 
 The peer is RL4CO's POMO on RL4CO's multi-task VRP env (RouteFinder's MTPOMO: RouteFinder itself is
 not on the package index; ``pip install -r requirements-bench.txt``), trained by RL4CO's Lightning
@@ -23,7 +24,6 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -40,11 +40,13 @@ from ppoor.models import load_agent, read_checkpoint  # noqa: E402
 from ppoor.search import decode  # noqa: E402
 from ppoor.search.solutions import vrp_cost  # noqa: E402
 from rl4co_peer import (  # noqa: E402
+    latest_run,
     mark_checkpoints,
     pomo_policy,
     ppo_or_command,
     rl4co_decode,
     run_side_by_side,
+    save_results,
     train_rl4co,
 )
 
@@ -108,7 +110,7 @@ def gaps(tours, data, references) -> tuple[float, int]:
 def evaluate(args: argparse.Namespace, marks: list[float]) -> list[dict]:
     sets = test_sets(args)
     rows = []
-    ours = mark_checkpoints(sorted(args.out.glob("runs/mtvrp-v0__vs-routefinder*"))[-1] / "ckpt", marks,
+    ours = mark_checkpoints(latest_run(args.out, "mtvrp-v0__vs-routefinder"), marks,
                             lambda p: read_checkpoint(p).get("elapsed_seconds", 0.0))  # fmt: skip
     theirs = mark_checkpoints(args.out / "rl4co-mtpomo" / "ckpt", marks,
                               lambda p: torch.load(p, weights_only=True)["elapsed_seconds"])  # fmt: skip
@@ -174,8 +176,7 @@ def main():
     torch.set_num_threads(1)
     if not args.evaluate:
         run_side_by_side({name: train(name, args) for name in ("ppo-or", "rl4co-mtpomo")}, args.out, args.jobs)
-    rows = evaluate(args, marks)
-    (args.out / "results.json").write_text(json.dumps(rows, indent=1))
+    rows = save_results(args.out, evaluate(args, marks), marks, keep=args.evaluate)
     print(f"\nn = {args.num_nodes}, {args.instances} RouteFinder test instances per classic variant, mean gap to "
           f"PyVRP ({args.solver_seconds:g} s), 1 thread each" + (", trained at once" if args.jobs == 2 else ""))  # fmt: skip
     print("| mark (min) | trainer | minutes | greedy | multi-greedy x8 | invalid tours |\n|---|---|---|---|---|---|")

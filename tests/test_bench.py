@@ -1,0 +1,37 @@
+"""The peer benchmarks' plumbing (bench/rl4co_peer.py) that needs no peer: where a run's checkpoints
+are found and how the results of marks scored by separate --evaluate processes are merged."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from rl4co_peer import latest_run, save_results  # noqa: E402
+
+
+def row(trainer: str, mark: float, gap: float) -> dict:
+    return {"trainer": trainer, "mark": mark, "minutes": mark, "greedy": gap}
+
+
+def test_marks_scored_apart_are_merged_and_rescored_marks_replaced(tmp_path):
+    save_results(tmp_path, [row("ppo-or", 10, 9.0), row("peer", 10, 12.0)], [10], keep=True)
+    rows = save_results(tmp_path, [row("ppo-or", 40, 5.0), row("peer", 40, 6.0)], [40], keep=True)
+    assert [(r["mark"], r["trainer"]) for r in rows] == [(10, "ppo-or"), (10, "peer"), (40, "ppo-or"), (40, "peer")]
+    rows = save_results(tmp_path, [row("ppo-or", 10, 8.0), row("peer", 10, 11.0)], [10], keep=True)
+    assert [r["greedy"] for r in rows] == [8.0, 11.0, 5.0, 6.0]
+    assert json.loads((tmp_path / "results.json").read_text()) == rows
+    # a training run's own scoring starts the file afresh
+    rows = save_results(tmp_path, [row("ppo-or", 20, 7.0)], [20], keep=False)
+    assert json.loads((tmp_path / "results.json").read_text()) == rows == [row("ppo-or", 20, 7.0)]
+
+
+def test_the_latest_run_or_one_line_saying_what_to_do(tmp_path):
+    with pytest.raises(SystemExit) as stop:
+        latest_run(tmp_path, "tsp-v0__vs-rl4co")
+    message = str(stop.value.code)
+    assert message.startswith("error:") and "--out" in message and "\n" not in message
+    for name in ("tsp-v0__vs-rl4co__1__100", "tsp-v0__vs-rl4co__1__200", "cvrp-v0__vs-rl4co__1__300"):
+        (tmp_path / "runs" / name / "ckpt").mkdir(parents=True)
+    assert latest_run(tmp_path, "tsp-v0__vs-rl4co") == tmp_path / "runs" / "tsp-v0__vs-rl4co__1__200" / "ckpt"
