@@ -28,7 +28,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ppoor.data.datasets import load_data  # noqa: E402
-from ppoor.data.references import VRP_SHIPPED_SECONDS, shipped_references, solve_reference  # noqa: E402
+from ppoor.data.references import solve_reference, variant_references  # noqa: E402
 from ppoor.envs.vrp import VARIANTS  # noqa: E402
 from ppoor.models import CheckpointError, load_agent  # noqa: E402
 from ppoor.search import decode  # noqa: E402
@@ -42,19 +42,9 @@ def solve(job: tuple) -> float:
 
 def references(variant: str, args: argparse.Namespace, pool: ProcessPoolExecutor) -> np.ndarray:
     """PyVRP costs [K] of the first K test instances of ``variant``: shipped, or cached in --out."""
-    if VRP_SHIPPED_SECONDS.get(args.num_nodes) == args.solver_seconds:
-        shipped = shipped_references("mtvrp", args.num_nodes, "test", args.instances, variant)
-        if shipped is not None:
-            return shipped
-    cache = args.out / f"{variant}{args.num_nodes}_test_first{args.instances}_pyvrp{args.solver_seconds:g}s.npy"
-    if cache.exists():
-        return np.load(cache, allow_pickle=False)
-    print(f"{variant}: PyVRP, {args.solver_seconds:g} s x {args.instances} instances (cached in {cache})", flush=True)
     jobs = [(variant, args.num_nodes, args.instances, i, args.solver_seconds) for i in range(args.instances)]
-    values = np.array(list(pool.map(solve, jobs)))
-    args.out.mkdir(parents=True, exist_ok=True)
-    np.save(cache, values)
-    return values
+    return variant_references(variant, args.num_nodes, args.instances, args.solver_seconds, args.out,
+                              lambda: list(pool.map(solve, jobs)))  # fmt: skip
 
 
 def main():

@@ -33,8 +33,8 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from ppoor.data.datasets import VRP_SHIPPED_SECONDS, load_data, shipped_references  # noqa: E402
-from ppoor.data.references import solve_reference  # noqa: E402
+from ppoor.data.datasets import VRP_SHIPPED_SECONDS, load_data  # noqa: E402
+from ppoor.data.references import variant_references  # noqa: E402
 from ppoor.envs.vrp import CLASSIC  # noqa: E402
 from ppoor.models import load_agent, read_checkpoint  # noqa: E402
 from ppoor.search import decode  # noqa: E402
@@ -82,16 +82,7 @@ def test_sets(args: argparse.Namespace) -> dict:
     sets = {}
     for variant in CLASSIC:
         (data,) = load_data("test", "mtvrp", args.num_nodes, args.instances, variant=variant)
-        if VRP_SHIPPED_SECONDS.get(args.num_nodes) == args.solver_seconds:
-            shipped = shipped_references("mtvrp", args.num_nodes, "test", args.instances, variant)
-            if shipped is not None:
-                sets[variant] = (data, shipped)
-                continue
-        cache = args.out / f"{variant}{args.num_nodes}_test_first{args.instances}_pyvrp{args.solver_seconds:g}s.npy"
-        if not cache.exists():
-            print(f"PyVRP references for {variant} ({args.instances} x {args.solver_seconds:g} s)", flush=True)
-            np.save(cache, [solve_reference(data, i, "pyvrp", args.solver_seconds) for i in range(args.instances)])
-        sets[variant] = (data, np.load(cache))
+        sets[variant] = (data, variant_references(variant, args.num_nodes, args.instances, args.solver_seconds, args.out))
     return sets
 
 

@@ -262,6 +262,27 @@ def kool_references(problem: str, num_nodes: int, split: str, count: int, cache_
     return lengths
 
 
+def variant_references(variant: str, num_nodes: int, count: int, seconds: float, cache_dir, solve_all=None) -> np.ndarray:
+    """PyVRP's lengths [count] of the first ``count`` RouteFinder test instances of ``variant``: the
+    shipped ones where they were solved with ``seconds`` per instance, else solved once (by
+    ``solve_all()``, default one after another here) and cached as an .npy in ``cache_dir``."""
+    if VRP_SHIPPED_SECONDS.get(num_nodes) == seconds:
+        shipped = shipped_references("mtvrp", num_nodes, "test", count, variant)
+        if shipped is not None:
+            return shipped
+    path = os.path.join(cache_dir, f"{variant}{num_nodes}_test_first{count}_pyvrp{seconds:g}s.npy")
+    if os.path.exists(path):
+        return np.load(path, allow_pickle=False)
+    print(f"{variant}: PyVRP, {seconds:g} s x {count} instances (cached in {path})", flush=True)
+    if solve_all is None:
+        lengths = reference_lengths("mtvrp", num_nodes, "test", count, "pyvrp", seconds, variant)
+    else:
+        lengths = np.asarray(solve_all(), dtype=float)
+    os.makedirs(cache_dir, exist_ok=True)
+    save_lengths(path, lengths)
+    return lengths
+
+
 def save_lengths(path: str, lengths: np.ndarray) -> None:
     """Writes ``lengths`` as an .npy at ``path`` atomically (a reader never sees half a file)."""
     tmp = f"{path}.{os.getpid()}.tmp"

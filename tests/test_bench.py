@@ -35,3 +35,17 @@ def test_the_latest_run_or_one_line_saying_what_to_do(tmp_path):
     for name in ("tsp-v0__vs-rl4co__1__100", "tsp-v0__vs-rl4co__1__200", "cvrp-v0__vs-rl4co__1__300"):
         (tmp_path / "runs" / name / "ckpt").mkdir(parents=True)
     assert latest_run(tmp_path, "tsp-v0__vs-rl4co") == tmp_path / "runs" / "tsp-v0__vs-rl4co__1__200" / "ckpt"
+
+
+def test_variant_references_shipped_else_solved_once_and_cached(tmp_path):
+    from ppoor.data.references import shipped_references, variant_references
+
+    shipped = shipped_references("mtvrp", 50, "test", 3, "vrptw")
+    assert shipped is not None  # PyVRP 1 s per instance at n = 50 ships with ppo-or
+    calls = []
+    assert (variant_references("vrptw", 50, 3, 1.0, tmp_path, lambda: calls.append(1)) == shipped).all()
+    assert not calls and not list(tmp_path.iterdir())
+    solved = lambda: calls.append(1) or [7.0, 8.0, 9.0]  # noqa: E731
+    for _ in range(2):  # other seconds than the shipped ones: solved the first time, read from the cache after
+        assert list(variant_references("vrptw", 50, 3, 0.5, tmp_path, solved)) == [7.0, 8.0, 9.0]
+    assert calls == [1] and [p.name for p in tmp_path.iterdir()] == ["vrptw50_test_first3_pyvrp0.5s.npy"]
