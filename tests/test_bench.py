@@ -1,5 +1,6 @@
-"""The peer benchmarks' plumbing (bench/rl4co_peer.py) that needs no peer: where a run's checkpoints
-are found and how the results of marks scored by separate --evaluate processes are merged."""
+"""The benchmarks' plumbing that needs no peer and no solver: where a run's checkpoints are found and
+how the results of marks scored by separate --evaluate processes are merged (bench/rl4co_peer.py),
+and the VRP variants' PyVRP references, shipped or solved once and cached (data.references)."""
 
 import json
 import sys
