@@ -11,7 +11,10 @@ and with the baselines: every train on its shortest path started at once; the sa
 heuristic; random decisions; and, where flatland-baselines is installed, its deadlock-avoidance
 heuristic (acting at every step on the raw simulator). For a policy trained with the safety layer it
 also plays that layer alone with shortest-path choices (``shortest_path_safety``, an ablation: what
-the layer gives without the learned policy; reported, not counted as a baseline). A checkpoint with
+the layer gives without the learned policy; reported, not counted as a baseline). ``policy_sampled``
+plays the policy drawing each action from its distribution instead of taking the most likely one
+(seeded from --seed: the same figures on every run): a policy trained to wait with some probability
+can, played greedily, wait at a switch for ever. A checkpoint with
 a learned release classifier also plays the policy with it (``policy_learned_release``: a train
 starts when its predicted chance of arriving passes --threshold, by default the threshold the
 training chose on its validation maps). ``--rules`` plays a subset (large maps take minutes per
@@ -55,6 +58,7 @@ METRICS = (
 )  # fmt: skip
 RULES = (
     "policy",
+    "policy_sampled",
     "policy_learned_release",
     "shortest_path",
     "shortest_path_release",
@@ -87,7 +91,7 @@ class Args:
     """the learned release classifier starts a train when its predicted chance of arriving reaches this (default:
     the threshold the checkpoint chose on its validation maps, else 0.5)"""
     rules: tuple[str, ...] = RULES
-    """the rules to play (a subset saves time on large maps): policy, policy_learned_release, shortest_path,
+    """the rules to play (a subset saves time on large maps): policy, policy_sampled, policy_learned_release, shortest_path,
     shortest_path_release, random, shortest_path_safety, deadlock_avoidance"""
     output: str | None = None
     """write the results as JSON to this file"""
@@ -168,8 +172,10 @@ def main(args: Args, given: set[str] | None = None) -> None:
     )
     results = []
     for width, height, trains in sizes:
+        sampler = torch.Generator().manual_seed(args.seed)  # the same draws for a size whatever the others
         rules = {  # name: (rule, trains at once, release rule, safety layer, waiting allowed, veto)
             "policy": (policy_rule(policy), max_active, None, safety, wait, veto),
+            "policy_sampled": (policy_rule(policy, False, sampler), max_active, None, safety, wait, veto),
             "shortest_path": (shortest_path_rule, None, None, False, False, "path"),
             "shortest_path_release": (shortest_path_rule, release_active, None, False, False, "path"),
             "random": (random_rule(np.random.default_rng(args.seed)), None, None, False, False, "path"),

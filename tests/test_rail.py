@@ -506,3 +506,38 @@ def test_the_layers_rule_under_the_segment_veto_plays_the_layer_exactly(seed):
         result = play(env, seed, shortest_path_rule, depth=2, radius=10)
         runs.append((result["arrival_rate"], result["score"], result["decisions"], env.paths))
     assert runs[0] == runs[1]
+
+
+@given(
+    logits=st.lists(st.lists(st.floats(-3, 3), min_size=3, max_size=3), min_size=1, max_size=4), masked=st.booleans()
+)
+@settings(max_examples=10, deadline=None)
+def test_a_sampling_policy_rule_draws_from_the_policys_distribution(logits, masked):
+    """``policy_rule(policy, greedy=False)`` (eval_flatland.py's ``policy_sampled``): over 4,000 draws each
+    train's action frequencies match the softmax of its logits (within 5 standard errors), an action
+    whose logit is -inf (masked) is never drawn, and the same generator seed gives the same draws."""
+    import torch
+    from ppoor.models.rail import POLICY_INPUTS
+    from ppoor.search.rail import policy_rule
+
+    table = torch.tensor(logits, dtype=torch.float32)
+    if masked:
+        table[:, 0] = -torch.inf  # e.g. stopping forbidden
+    probs = torch.softmax(table, -1).numpy()
+    obs = {key: np.zeros(1) for key in POLICY_INPUTS}
+
+    def policy(*inputs):  # the RailPolicy interface: (logits [1, T, 3], values)
+        return table[None], None
+
+    draws = 4000
+    rule = policy_rule(policy, greedy=False, generator=torch.Generator().manual_seed(7))
+    counts = np.zeros_like(probs)
+    for _ in range(draws):
+        counts[np.arange(len(probs)), rule(obs, None)] += 1
+    tolerance = 5 * np.sqrt(probs * (1 - probs) / draws) + 1e-9
+    assert (np.abs(counts / draws - probs) <= tolerance).all()
+    if masked:
+        assert (counts[:, 0] == 0).all()
+    again = policy_rule(policy, greedy=False, generator=torch.Generator().manual_seed(7))
+    first = policy_rule(policy, greedy=False, generator=torch.Generator().manual_seed(7))
+    assert all((again(obs, None) == first(obs, None)).all() for _ in range(20))
