@@ -17,7 +17,8 @@ plays the policy drawing each action from its distribution instead of taking the
 can, played greedily, wait at a switch for ever. A checkpoint with
 a learned release classifier also plays the policy with it (``policy_learned_release``: a train
 starts when its predicted chance of arriving passes --threshold, by default the threshold the
-training chose on its validation maps). ``--rules`` plays a subset (large maps take minutes per
+training chose on its validation maps; the policy sampled when it was validated so, ppo_flatland.py
+--eval-sample). ``--rules`` plays a subset (large maps take minutes per
 rule). It prints the fraction of trains that arrived, the deadlock fraction, Flatland's normalized
 score, seconds per simulator step (all included) beside the simulator's own step time, and train
 decisions per second, then the policy's arrival-rate lead over the best baseline and over the layer
@@ -160,6 +161,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     train_args = ckpt["args"]
     depth, radius = train_args["tree_depth"], train_args["comm_radius"]
     safety, wait, veto = train_args.get("safety", False), train_args.get("wait", False), train_args.get("veto", "path")
+    sampled = train_args.get("eval_sample", False)
     max_active = args.max_active or train_args["max_active"]
     release_active = max_active or 5
     threshold = args.threshold if args.threshold is not None else ckpt.get("release_threshold", 0.5)
@@ -169,6 +171,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         f"{', segment veto' if veto == 'segment' else ''}), {args.episodes} maps per "
         f"size from seed {args.seed}, release {max_active or 'all'} at a time"
         + (f", learned release threshold {threshold:g}" if classifier is not None else "")
+        + (" (chosen with sampled actions, as the learned release plays)" if classifier is not None and sampled else "")
     )
     results = []
     for width, height, trains in sizes:
@@ -181,8 +184,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
             "random": (random_rule(np.random.default_rng(args.seed)), None, None, False, False, "path"),
         }
         if classifier is not None:
-            release = learned_release(classifier, depth, threshold)
-            rules["policy_learned_release"] = (policy_rule(policy), None, release, safety, wait, veto)
+            release, draws = learned_release(classifier, depth, threshold), torch.Generator().manual_seed(args.seed)
+            moves = policy_rule(policy, not sampled, draws)  # as the training chose its threshold
+            rules["policy_learned_release"] = (moves, None, release, safety, wait, veto)
         if safety:  # the layer alone: the reservation check over the whole path, whatever the policy's veto
             rules[ABLATION] = (shortest_path_rule, max_active, None, True, False, "path")
         rules = {name: rule for name, rule in rules.items() if name in args.rules}

@@ -154,6 +154,11 @@ class Args:
     # Evaluation and checkpoints
     eval_interval: int = 10
     """evaluate the greedy policy every this many iterations on --eval-episodes fixed maps (0 = never)"""
+    eval_sample: bool = False
+    """validate the policy drawing its actions (seeded), not taking the most likely ones: keep-best, the
+    release data and threshold and the final figures then judge the policy as eval_flatland.py's
+    policy_sampled plays it (a policy that learned to wait with some probability waits for ever when
+    played greedily)"""
     eval_episodes: int = 10
     """validation maps (seeds 1,000,000 + k) of the training size"""
     imitation_episodes: int = 0
@@ -581,7 +586,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     result = evaluate(policy, args, run.stop) if args.eval_episodes and not run.stop.requested else {}
     if result:
         print(
-            f"final: greedy policy on {args.eval_episodes} validation maps: arrival rate {result['arrival_rate']:.3f}, "
+            f"final: {'sampled' if args.eval_sample else 'greedy'} policy on {args.eval_episodes} validation maps: arrival rate {result['arrival_rate']:.3f}, "
             f"deadlock rate {result['deadlock_rate']:.3f}, score {result['score']:.3f}; checkpoint {path}",
             flush=True,
         )

@@ -250,3 +250,35 @@ def test_the_shipped_residual_checkpoint_plays_the_layers_rule(tmp_path):
     assert row["policy_learned_release"]["arrival_rate"] == pytest.approx(0.975)
     assert row["policy"]["decisions"] > 100  # and it never leaves the layer's rule
     assert row["policy"]["changed_to_move"] == row["policy"]["changed_to_stop"] == row["policy"]["changed_branch"] == 0
+
+
+def test_a_run_validated_with_sampled_actions_keeps_and_releases_by_them(tmp_path):
+    """--eval-sample: validation draws the policy's actions (seeded, so the same policy scores the same
+    twice) instead of taking the most likely ones (on these maps the two differ), the run says so at
+    the end and in its checkpoint, and eval_flatland.py plays its learned release with sampled actions."""
+    import torch
+    from ppoor.models.rail import load_rail_policy
+    from ppoor.ppo_flatland import Args
+    from ppoor.training.railway import evaluate
+
+    result = run(
+        "ppo_flatland.py", "--no-safety", "--eval-sample", "--num-envs", "2", "--total-timesteps", "40",
+        "--eval-interval", "1", "--eval-episodes", "2", "--release-episodes", "3", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "final: sampled policy on 2 validation maps" in result.stdout
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    ckpt = sorted((run_dir / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1]
+    assert torch.load(ckpt, weights_only=True)["args"]["eval_sample"] is True
+    policy, _ = load_rail_policy(ckpt)
+    sampled = Args(safety=False, eval_sample=True, eval_episodes=3)
+    first, again = evaluate(policy, sampled), evaluate(policy, sampled)
+    assert first == again
+    greedy = evaluate(policy, Args(safety=False, eval_episodes=3))
+    assert greedy != first
+    result = run(
+        "eval_flatland.py", "--checkpoint", str(ckpt), "--sizes", "25x25x5", "--episodes", "1", "--rules",
+        "policy_learned_release", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "(chosen with sampled actions, as the learned release plays)" in result.stdout

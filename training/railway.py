@@ -28,12 +28,21 @@ def make_env(args) -> RailDecisionEnv:
     )
 
 
+def validated_rule(policy: RailPolicy, args):
+    """The policy as the run validates it: its most likely actions, or with --eval-sample its draws
+    (seeded with ``VAL_SEED``: the same policy draws the same actions on the same maps)."""
+    if args.eval_sample:
+        return policy_rule(policy, greedy=False, generator=torch.Generator().manual_seed(VAL_SEED))
+    return policy_rule(policy)
+
+
 def evaluate(policy: RailPolicy, args, stop: StopRequest | None = None, release_rule=None) -> dict:
-    """The greedy policy on the validation maps (with the training release heuristic, or ``release_rule``):
+    """The policy (greedy, or drawing its actions with --eval-sample) on the validation maps (with the
+    training release heuristic, or ``release_rule``):
     mean arrival and deadlock rate and score (over the maps played before ``stop`` was requested, at
     least one), and the share of its decisions that leave the observation's prior (the layer's rule),
     in all (``changed_decisions``) and by kind (``search.rail.CHANGES``)."""
-    env, rule = make_env(args), policy_rule(policy)
+    env, rule = make_env(args), validated_rule(policy, args)
     results = []
     for k in range(args.eval_episodes):
         if stop is not None and stop.requested and results:
@@ -41,7 +50,7 @@ def evaluate(policy: RailPolicy, args, stop: StopRequest | None = None, release_
         results.append(play(env, VAL_SEED + k, rule, args.tree_depth, args.comm_radius, release_rule=release_rule))
     out = {key: float(np.mean([r[key] for r in results])) for key in ("arrival_rate", "deadlock_rate", "score")}
     decisions = max(1, sum(r["decisions"] for r in results))
-    for key in CHANGES:  # shares of all decisions where the greedy policy leaves the layer's rule
+    for key in CHANGES:  # shares of all decisions where the policy leaves the layer's rule
         out[key] = sum(r[key] for r in results) / decisions
     out["changed_decisions"] = sum(out[key] for key in CHANGES)
     return out
@@ -68,18 +77,18 @@ def exploring_release(rng: np.random.Generator, epsilon: float, depth: int, reco
 def train_release_classifier(
     policy: RailPolicy, args, rng: np.random.Generator, stop: StopRequest
 ) -> tuple[ReleaseClassifier, dict] | None:
-    """Release data from the trained greedy policy with the training heuristic and random early
+    """Release data from the trained policy (as validated) with the training heuristic and random early
     releases (--release-episodes maps), each release labelled by whether that train arrived; a
     classifier fitted to it (binary cross-entropy). Returns it and its training figures; None when
     ``stop`` was requested before any release was recorded."""
-    env = make_env(args)
+    env, policy_moves = make_env(args), validated_rule(policy, args)
     edges, globs, labels = [], [], []
     for _ in range(args.release_episodes):
         if stop.requested:
             break
         record = []
         rule = exploring_release(rng, 0.05, args.tree_depth, record)
-        play(env, int(rng.integers(2**31)), policy_rule(policy), args.tree_depth, args.comm_radius, release_rule=rule)
+        play(env, int(rng.integers(2**31)), policy_moves, args.tree_depth, args.comm_radius, release_rule=rule)
         for handles, e, g in record:
             edges.append(e)
             globs.append(g)
@@ -106,7 +115,7 @@ def train_release_classifier(
 
 
 def choose_threshold(policy: RailPolicy, classifier: ReleaseClassifier, args, stop: StopRequest) -> dict:
-    """The threshold of ``RELEASE_THRESHOLDS`` with the best validation arrival rate of the greedy policy
+    """The threshold of ``RELEASE_THRESHOLDS`` with the best validation arrival rate of the policy
     with the learned release (the validation maps are disjoint from eval_flatland.py's test maps): its
     figures and ``threshold``; the first ties win."""
     best = {"arrival_rate": -1.0}
