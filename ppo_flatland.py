@@ -352,6 +352,8 @@ def imitate(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
 RESUME_OVERRIDES = ("total_timesteps", "total_seconds", "checkpoint_interval", "eval_interval", "threads", "track",
                     "wandb_project_name", "wandb_entity")  # fmt: skip
 """The arguments a resumed run may change; any other one given must equal the checkpoint's."""
+LEGACY = {"safety": False, "veto": "path", "eval_sample": False}
+"""What checkpoints written before these arguments existed did (their values when resuming)."""
 
 
 def initial_policy(args: Args) -> dict:
@@ -376,7 +378,7 @@ def resolve_args(args: Args, given: set[str] | None = None) -> tuple[Args, dict 
     line) and the checkpoint resumed from; exits with one line naming the argument otherwise."""
     ckpt = None
     if args.resume:  # older runs had no safety layer
-        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, {"safety": False, "veto": "path"}, "ppo_flatland.py")
+        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, LEGACY, "ppo_flatland.py")
         if ckpt.get("problem") != "rail":
             sys.exit(f"error: --resume: {args.resume} is not a ppo_flatland.py training checkpoint")
     check_args(args)

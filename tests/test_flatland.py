@@ -282,3 +282,21 @@ def test_a_run_validated_with_sampled_actions_keeps_and_releases_by_them(tmp_pat
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "(chosen with sampled actions, as the learned release plays)" in result.stdout
+
+
+def test_a_checkpoint_written_before_eval_sample_resumes_as_greedy(tiny_run, tmp_path):
+    """A training state whose arguments lack --eval-sample (written before it existed) resumes as a
+    greedy-validated run: --no-eval-sample given explicitly is accepted, --eval-sample refused in one
+    line that names the checkpoint's value."""
+    import torch
+
+    ckpt = sorted((tiny_run / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1]
+    state = torch.load(ckpt, weights_only=True)
+    del state["args"]["eval_sample"]
+    old = tmp_path / "old.pt"
+    torch.save(state, old)
+    result = run("ppo_flatland.py", "--resume", str(old), "--eval-sample", "--total-timesteps", "400", cwd=tmp_path)
+    assert result.returncode != 0 and "--eval-sample cannot change when resuming (the checkpoint has False)" in result.stderr
+    result = run("ppo_flatland.py", "--resume", str(old), "--no-eval-sample", "--total-timesteps", "400", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "final: greedy policy" in result.stdout
