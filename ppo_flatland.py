@@ -153,7 +153,8 @@ class Args:
 
     # Evaluation and checkpoints
     eval_interval: int = 10
-    """evaluate the greedy policy every this many iterations on --eval-episodes fixed maps (0 = never)"""
+    """evaluate the policy (greedy; sampled with --eval-sample) every this many iterations on --eval-episodes
+    fixed maps (0 = never)"""
     eval_sample: bool = False
     """validate the policy drawing its actions (seeded), not taking the most likely ones: keep-best, the
     release data and threshold and the final figures then judge the policy as eval_flatland.py's
