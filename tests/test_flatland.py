@@ -295,8 +295,9 @@ def test_a_checkpoint_written_before_eval_sample_resumes_as_greedy(tiny_run, tmp
     del state["args"]["eval_sample"]
     old = tmp_path / "old.pt"
     torch.save(state, old)
-    result = run("ppo_flatland.py", "--resume", str(old), "--eval-sample", "--total-timesteps", "400", cwd=tmp_path)
+    budget = str(state["global_step"] + 200)  # more than it did (another test may have resumed the run)
+    result = run("ppo_flatland.py", "--resume", str(old), "--eval-sample", "--total-timesteps", budget, cwd=tmp_path)
     assert result.returncode != 0 and "--eval-sample cannot change when resuming (the checkpoint has False)" in result.stderr
-    result = run("ppo_flatland.py", "--resume", str(old), "--no-eval-sample", "--total-timesteps", "400", cwd=tmp_path)
+    result = run("ppo_flatland.py", "--resume", str(old), "--no-eval-sample", "--total-timesteps", budget, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "final: greedy policy" in result.stdout
