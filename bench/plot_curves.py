@@ -1,13 +1,18 @@
-"""The training curves of ppo_or.py runs as one PNG, the runs overlaid: sampled tour length, approx-KL,
-clip fraction, entropy, learning rate against training minutes (the iterations' rollout + update
-seconds summed), each with a 9-iteration running mean; the sixth panel is the test gap at the marks
-of a bench/time_to_quality.py or bench/vs_rl4co.py result file (--marks; greedy solid, multi-greedy
-dashed, multi-greedy x8 dotted; vs_rl4co.py's peer beside ppo-or), else the run's own validation gaps (``eval/greedy_gap``, ``eval/multi_greedy_gap``, where it logged them),
-else the KL an update reached.
+"""The training curves of ppo_or.py or ppo_flatland.py runs as one PNG, the runs overlaid, against training
+minutes, each with a 9-iteration running mean. ppo_or.py: sampled tour length, approx-KL, clip fraction,
+entropy, learning rate (minutes: the iterations' rollout + update seconds summed); the sixth panel is
+the test gap at the marks of a bench/time_to_quality.py or bench/vs_rl4co.py result file (--marks;
+greedy solid, multi-greedy dashed, multi-greedy x8 dotted; vs_rl4co.py's peer beside ppo-or), else the
+run's own validation gaps (``eval/greedy_gap``, ``eval/multi_greedy_gap``, where it logged them), else
+the KL an update reached. ppo_flatland.py: the training maps' arrival rate, the same three losses and
+the learning rate, and the validation maps' arrival (solid) and deadlock (dashed) rates (minutes: the
+wall clock between iterations, validation included, a pause of over 10 minutes, as between a stop and
+its --resume, counted as one median iteration).
 
     python bench/plot_curves.py bench-runs/vs-rl4co-tsp50/runs/RUN --marks bench-runs/vs-rl4co-tsp50/results.json --out x.png
     python bench/plot_curves.py bench-runs/s38/runs/* --marks bench-runs/s38/time_to_quality_*.json --out cmp.png
     python bench/plot_curves.py runs/tsp-v0__tsp50-mb128__1__* --out docs/images/tsp50_mb128_curves.png
+    python bench/plot_curves.py runs/flatland-35x35-10__* --out docs/images/flatland35_curves.png
 """
 
 import argparse
@@ -29,6 +34,9 @@ PANELS = (
     ("charts/learning_rate", "learning rate"),
     ("losses/update_kl", "KL after the update (steers the lr)"),
 )
+RAIL_PANELS = (("charts/arrival_rate", "arrival rate, training maps (sampled)"), *PANELS[1:5])
+PAUSE = 600.0
+"""Seconds between two ppo_flatland.py iterations beyond which the gap is a pause, not training."""
 
 
 def running_mean(values: list[float], width: int = 9) -> list[float]:
@@ -45,26 +53,40 @@ def label_of(run: Path) -> str:
 
 
 VALIDATION = ("eval/greedy_gap", "eval/multi_greedy_gap")
+RAIL_VALIDATION = ("eval/arrival_rate", "eval/deadlock_rate")
 
 
-def read_run(run: Path) -> tuple[list[float], dict]:
-    """(training minutes per iteration, {tag: values}) of one ppo_or.py run folder; the validation
-    gaps (logged at some iterations only) as {tag: [(minutes, value)]} under "validation"."""
+def wall_seconds(events: list) -> list[float]:
+    """Seconds between successive tensorboard events [I] (the first: the median), a gap over ``PAUSE``
+    replaced by the median gap."""
+    gaps = [b.wall_time - a.wall_time for a, b in zip(events, events[1:], strict=False)]
+    usual = sorted(gaps)[len(gaps) // 2] if gaps else 0.0
+    return [usual] + [gap if gap <= PAUSE else usual for gap in gaps]
+
+
+def read_run(run: Path) -> tuple[str, list[float], dict]:
+    """(the trainer, "ppo_or" or "ppo_flatland"; training minutes per iteration; {tag: values}) of one
+    run folder; the validation figures (logged at some iterations only) as {tag: [(minutes, value)]}
+    under "validation"."""
     if not run.is_dir():
         sys.exit(f"error: {run}: no such run folder")
     events = EventAccumulator(str(run), size_guidance={"scalars": 0})
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    if "charts/rollout_seconds" not in tags:
-        sys.exit(f"error: {run} holds no ppo_or.py curves (no charts/rollout_seconds)")
-    seconds = [r.value + u.value for r, u in zip(events.Scalars("charts/rollout_seconds"),
-                                                  events.Scalars("charts/update_seconds"), strict=True)]  # fmt: skip
+    if "charts/rollout_seconds" in tags:
+        trainer, panels, validation, clock = "ppo_or", PANELS, VALIDATION, events.Scalars("charts/rollout_seconds")
+        seconds = [r.value + u.value for r, u in zip(clock, events.Scalars("charts/update_seconds"), strict=True)]
+    elif "charts/arrival_rate" in tags:
+        trainer, panels, validation, clock = "ppo_flatland", RAIL_PANELS, RAIL_VALIDATION, events.Scalars("charts/arrival_rate")
+        seconds = wall_seconds(clock)
+    else:
+        sys.exit(f"error: {run} holds no ppo_or.py or ppo_flatland.py curves (no charts/rollout_seconds or charts/arrival_rate)")
     minutes = [sum(seconds[: i + 1]) / 60 for i in range(len(seconds))]
-    at = {e.step: m for e, m in zip(events.Scalars("charts/rollout_seconds"), minutes, strict=False)}
-    values = {tag: [e.value for e in events.Scalars(tag)][: len(minutes)] for tag, _ in PANELS if tag in tags}
+    at = {e.step: m for e, m in zip(clock, minutes, strict=False)}
+    values = {tag: [e.value for e in events.Scalars(tag)][: len(minutes)] for tag, _ in panels if tag in tags}
     values["validation"] = {tag: [(at[e.step], e.value) for e in events.Scalars(tag) if e.step in at]
-                            for tag in VALIDATION if tag in tags}  # fmt: skip
-    return minutes, values
+                            for tag in validation if tag in tags}  # fmt: skip
+    return trainer, minutes, values
 
 
 def read_marks(path: Path) -> list[dict]:
@@ -105,7 +127,7 @@ def plot_marks(ax, marks: list[dict], run_labels: list[str]) -> None:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", type=Path, nargs="+", help="ppo_or.py run folders (runs/...)")
+    parser.add_argument("runs", type=Path, nargs="+", help="ppo_or.py or ppo_flatland.py run folders (runs/...)")
     parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
     parser.add_argument(
         "--marks", type=Path, nargs="*", default=[],
@@ -113,13 +135,22 @@ def main():
     )
     parser.add_argument("--title", default=None, help="the figure's title (default: the runs' names)")
     args = parser.parse_args()
-    runs = [(label_of(run), *read_run(run)) for run in args.runs]
+    read = [(label_of(run), *read_run(run)) for run in args.runs]
+    trainers = {trainer for _, trainer, _, _ in read}
+    if len(trainers) > 1:
+        sys.exit("error: runs of ppo_or.py and of ppo_flatland.py have different curves: plot them apart")
+    rail = trainers == {"ppo_flatland"}
+    if rail and args.marks:
+        sys.exit("error: --marks are test gaps of routing runs; ppo_flatland.py runs have none")
+    runs = [(label, minutes, values) for label, _, minutes, values in read]
     marks = [row for path in args.marks for row in read_marks(path)]
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
     validated = any(values["validation"] for _, _, values in runs)
-    last = ("validation", "validation gap %: greedy solid, multi-greedy dashed") if validated else PANELS[5]
+    validation_tags = RAIL_VALIDATION if rail else VALIDATION
+    validation_title = "validation: arrival solid, deadlocked dashed" if rail else "validation gap %: greedy solid, multi-greedy dashed"
+    last = ("validation", validation_title) if validated else PANELS[5]
     marks_title = "test gap %: greedy -, multi-greedy --, x8 :"
-    panels = PANELS[:5] + ((("marks", marks_title),) if marks else (last,))
+    panels = (RAIL_PANELS if rail else PANELS[:5]) + ((("marks", marks_title),) if marks else (last,))
     for ax, (tag, title) in zip(axes.flat, panels, strict=True):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("training minutes")
@@ -128,8 +159,8 @@ def main():
             if tag == "marks":
                 continue  # drawn once for every trainer below
             if tag == "validation":
-                for style, series in zip(("o-", "o--"), (values[tag].get(t, []) for t in VALIDATION), strict=True):
-                    ax.plot([m for m, _ in series], [v for _, v in series], style, color=colour, ms=3, label=label)
+                for style, points in zip(("o-", "o--"), (values[tag].get(t, []) for t in validation_tags), strict=True):
+                    ax.plot([m for m, _ in points], [v for _, v in points], style, color=colour, ms=3, label=label)
                 continue
             if tag not in values:
                 continue

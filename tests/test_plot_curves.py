@@ -49,3 +49,38 @@ def test_the_peer_and_the_run_in_one_figure(tmp_path):
     result = plot(tmp_path, run, "--marks", bad, "--out", tmp_path / "bad.png")
     assert result.returncode != 0 and "not a time_to_quality.py or vs_rl4co.py result file" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def fake_rail_run(folder: Path) -> Path:
+    """A ppo_flatland.py run folder: an iteration every 30 s of wall clock, validated every 5, and a
+    2-hour pause (a stop and its --resume) after iteration 10."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = folder / "runs" / "flatland-35x35-10__stage__1__1"
+    writer = SummaryWriter(str(run))
+    for step in range(1, 21):
+        wall = 1_000_000.0 + 30 * step + (7200 if step > 10 else 0)
+        for tag, value in (("charts/arrival_rate", 0.5 + step / 100), ("losses/approx_kl", 0.004),
+                           ("losses/clipfrac", 0.03), ("losses/entropy", 0.25), ("charts/learning_rate", 1e-3)):  # fmt: skip
+            writer.add_scalar(tag, value, step, walltime=wall)
+        if step % 5 == 0:
+            writer.add_scalar("eval/arrival_rate", 0.7, step, walltime=wall)
+            writer.add_scalar("eval/deadlock_rate", 0.1, step, walltime=wall)
+    writer.close()
+    return run
+
+
+def test_a_railway_run_against_minutes_without_its_pause(tmp_path):
+    rail = fake_rail_run(tmp_path)
+    out = tmp_path / "rail.png"
+    result = plot(tmp_path, rail, "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert "up to 10.0 minutes" in result.stdout and out.stat().st_size > 10_000  # 20 x 30 s; not 130 minutes
+    for args, message in (
+        ((rail, fake_run(tmp_path), "--out", tmp_path / "x.png"), "plot them apart"),
+        ((rail, "--marks", tmp_path / "none.json", "--out", tmp_path / "x.png"), "ppo_flatland.py runs have none"),
+        ((tmp_path, "--out", tmp_path / "x.png"), "holds no ppo_or.py or ppo_flatland.py curves"),
+    ):
+        result = plot(tmp_path, *args)
+        assert result.returncode != 0 and message in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
