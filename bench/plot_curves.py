@@ -12,7 +12,7 @@ its --resume, counted as one median iteration).
     python bench/plot_curves.py bench-runs/vs-rl4co-tsp50/runs/RUN --marks bench-runs/vs-rl4co-tsp50/results.json --out x.png
     python bench/plot_curves.py bench-runs/s38/runs/* --marks bench-runs/s38/time_to_quality_*.json --out cmp.png
     python bench/plot_curves.py runs/tsp-v0__tsp50-mb128__1__* --out docs/images/tsp50_mb128_curves.png
-    python bench/plot_curves.py runs/flatland-35x35-10__* --out docs/images/flatland35_curves.png
+    python bench/plot_curves.py runs/flatland-35x35-10__* --out docs/images/flatland35_sampled_curves.png
 """
 
 import argparse
@@ -54,6 +54,11 @@ def label_of(run: Path) -> str:
 
 VALIDATION = ("eval/greedy_gap", "eval/multi_greedy_gap")
 RAIL_VALIDATION = ("eval/arrival_rate", "eval/deadlock_rate")
+CURVES = {
+    "ppo_or": (PANELS, VALIDATION, "validation gap %: greedy solid, multi-greedy dashed"),
+    "ppo_flatland": (RAIL_PANELS, RAIL_VALIDATION, "validation: arrival solid, deadlocked dashed"),
+}
+"""Each trainer's (panels read from its runs, its validation tags, the validation panel's title)."""
 
 
 def wall_seconds(events: list) -> list[float]:
@@ -74,13 +79,14 @@ def read_run(run: Path) -> tuple[str, list[float], dict]:
     events.Reload()
     tags = set(events.Tags()["scalars"])
     if "charts/rollout_seconds" in tags:
-        trainer, panels, validation, clock = "ppo_or", PANELS, VALIDATION, events.Scalars("charts/rollout_seconds")
+        trainer, clock = "ppo_or", events.Scalars("charts/rollout_seconds")
         seconds = [r.value + u.value for r, u in zip(clock, events.Scalars("charts/update_seconds"), strict=True)]
     elif "charts/arrival_rate" in tags:
-        trainer, panels, validation, clock = "ppo_flatland", RAIL_PANELS, RAIL_VALIDATION, events.Scalars("charts/arrival_rate")
+        trainer, clock = "ppo_flatland", events.Scalars("charts/arrival_rate")
         seconds = wall_seconds(clock)
     else:
         sys.exit(f"error: {run} holds no ppo_or.py or ppo_flatland.py curves (no charts/rollout_seconds or charts/arrival_rate)")
+    panels, validation, _ = CURVES[trainer]
     minutes = [sum(seconds[: i + 1]) / 60 for i in range(len(seconds))]
     at = {e.step: m for e, m in zip(clock, minutes, strict=False)}
     values = {tag: [e.value for e in events.Scalars(tag)][: len(minutes)] for tag, _ in panels if tag in tags}
@@ -139,18 +145,17 @@ def main():
     trainers = {trainer for _, trainer, _, _ in read}
     if len(trainers) > 1:
         sys.exit("error: runs of ppo_or.py and of ppo_flatland.py have different curves: plot them apart")
-    rail = trainers == {"ppo_flatland"}
-    if rail and args.marks:
+    trainer = trainers.pop()
+    if trainer == "ppo_flatland" and args.marks:
         sys.exit("error: --marks are test gaps of routing runs; ppo_flatland.py runs have none")
     runs = [(label, minutes, values) for label, _, minutes, values in read]
     marks = [row for path in args.marks for row in read_marks(path)]
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
     validated = any(values["validation"] for _, _, values in runs)
-    validation_tags = RAIL_VALIDATION if rail else VALIDATION
-    validation_title = "validation: arrival solid, deadlocked dashed" if rail else "validation gap %: greedy solid, multi-greedy dashed"
+    trainer_panels, validation_tags, validation_title = CURVES[trainer]
     last = ("validation", validation_title) if validated else PANELS[5]
     marks_title = "test gap %: greedy -, multi-greedy --, x8 :"
-    panels = (RAIL_PANELS if rail else PANELS[:5]) + ((("marks", marks_title),) if marks else (last,))
+    panels = trainer_panels[:5] + ((("marks", marks_title),) if marks else (last,))
     for ax, (tag, title) in zip(axes.flat, panels, strict=True):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("training minutes")
