@@ -492,8 +492,8 @@ CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
         ("families/mdvrptw20", "mdvrptw", 20, 50, 8.1148, 7.4352),
         ("mtvrp50", "vrpbtw", 50, 20, 20.7856, 20.0761),
         ("mtvrp50", "mdovrpmbl", 50, 20, 6.6819, 6.3068),
-        ("mtvrp50-classic", "vrptw", 50, 20, 17.8758, 17.2111),
-        ("mtvrp50-classic", "ovrpb", 50, 20, 8.3029, 7.7854),
+        ("mtvrp50-classic", "vrptw", 50, 20, 17.8565, 17.1887),
+        ("mtvrp50-classic", "ovrpb", 50, 20, 8.1449, 7.7164),
     ],
 )
 def test_shipped_checkpoints_reproduce_their_figures(name, variant, num_nodes, count, greedy, multi_greedy):
