@@ -189,9 +189,19 @@ SHIPPED_KEYS = (
 )
 
 
-def export_weights(source: str | os.PathLike, target: str | os.PathLike) -> None:
+def export_weights(source: str | os.PathLike, target: str | os.PathLike, kept: bool = False) -> None:
     """Writes the evaluation part of a checkpoint (weights, problem, size and training arguments;
     no optimizer or random states) to ``target``: the few-MB files shipped in checkpoints/. They
-    load with ``load_agent`` and eval.py; ``--resume`` refuses them."""
+    load with ``load_agent`` and eval.py; ``--resume`` refuses them. ``kept``: the weights of the
+    policy a ppo_flatland.py state keeps for its best validation (``--keep-best``; a run stopped
+    before its end holds its last weights beside them) instead of its last."""
     ckpt = read_checkpoint(source)
+    if kept:
+        best = ckpt.get("best") or {}
+        if best.get("model") is None:
+            raise CheckpointError(
+                f"checkpoint {source} keeps no best policy (only ppo_flatland.py states with --keep-best do, "
+                "once a validation has run): export it without --kept"
+            )
+        ckpt = {**ckpt, "model": best["model"]}
     save_checkpoint({key: ckpt[key] for key in SHIPPED_KEYS if key in ckpt}, target)

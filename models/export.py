@@ -1,17 +1,23 @@
 """Writes the weights-only copy of a checkpoint (the files shipped in checkpoints/):
 
 python -m ppoor.models.export runs/<run>/ckpt/<iteration>.pt checkpoints/<name>.pt
+python -m ppoor.models.export resume/<state>.pt <name>.pt --kept   # a railway state's best validated policy
 """
 
-import sys
+import argparse
 
 from ppoor.models.checkpoints import CheckpointError, export_weights
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: python -m ppoor.models.export SOURCE.pt TARGET.pt  (writes the weights-only checkpoint)")
+    parser = argparse.ArgumentParser(prog="python -m ppoor.models.export", description=__doc__.splitlines()[0])
+    parser.add_argument("source", help="a checkpoint or training state (.pt)")
+    parser.add_argument("target", help="the weights-only file to write")
+    parser.add_argument(
+        "--kept", action="store_true", help="the policy a ppo_flatland.py state kept for its best validation"
+    )
+    args = parser.parse_args()
     try:
-        export_weights(sys.argv[1], sys.argv[2])
+        export_weights(args.source, args.target, kept=args.kept)
     except CheckpointError as exc:
-        sys.exit(f"error: {exc}")
-    print(f"wrote {sys.argv[2]}")
+        parser.exit(1, f"error: {exc}\n")
+    print(f"wrote {args.target}")

@@ -81,6 +81,37 @@ def test_eval_writes_the_contract_json(tiny_run, tmp_path):
     assert (tmp_path / "episode.png").stat().st_size > 1000
 
 
+def test_export_kept_writes_the_best_validated_policy_of_a_stopped_state(tiny_run, tmp_path):
+    """A state stopped before its end holds its last weights and, beside them, the policy of its best
+    validation: ``export --kept`` writes the latter, a plain export the former, and a state that kept
+    none fails in one line."""
+    import torch
+    from ppoor.models.checkpoints import save_checkpoint
+    from ppoor.models.rail import load_rail_policy
+
+    last = sorted((tiny_run / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1]
+    state = torch.load(last, weights_only=True)
+    best = {name: weights + 1.0 for name, weights in state["model"].items()}
+    save_checkpoint({**state, "best": {"arrival_rate": 0.5, "iteration": 3, "model": best}}, tmp_path / "state.pt")
+    save_checkpoint({key: value for key, value in state.items() if key != "best"}, tmp_path / "unkept.pt")
+    for flags, expected in ((["--kept"], best), ([], state["model"])):
+        result = subprocess.run(
+            [sys.executable, "-m", "ppoor.models.export", str(tmp_path / "state.pt"), str(tmp_path / "out.pt"), *flags],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        policy, exported = load_rail_policy(tmp_path / "out.pt")
+        assert "optimizer" not in exported and "best" not in exported
+        for name, weights in policy.state_dict().items():
+            torch.testing.assert_close(weights, expected[name])
+    result = subprocess.run(
+        [sys.executable, "-m", "ppoor.models.export", str(tmp_path / "unkept.pt"), str(tmp_path / "x.pt"), "--kept"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 1 and not (tmp_path / "x.pt").exists()
+    assert result.stderr.count("\n") == 1 and "keeps no best policy" in result.stderr
+
+
 def test_eval_plays_only_the_rules_asked_for_with_the_chosen_threshold(tiny_run, tmp_path):
     import torch
     from ppoor.models.checkpoints import export_weights
