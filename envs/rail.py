@@ -86,6 +86,7 @@ def rail_env(width: int, height: int, trains: int, seed: int, cities: int | None
     from flatland.envs.rail_generators import sparse_rail_generator
 
     cities = check_map(width, height, trains, cities)
+    forget_maps()  # the maps drawn before live on in Flatland's method caches otherwise
     env = RailEnv(
         width=width,
         height=height,
@@ -103,12 +104,14 @@ def rail_env(width: int, height: int, trains: int, seed: int, cities: int | None
     return env
 
 
-def forget_maps(env) -> None:
+def forget_maps() -> None:
     """Empties the ``functools.lru_cache`` of Flatland's RailEnv methods (flatland-rl 4:
     ``_is_speed_zero``, ``_fast_state_position_sync_check``): their keys hold ``self``, so each cache
     kept up to 128 finished maps alive, simulator, rails and all (9 GB after a few hundred
-    iterations of 50x50 maps with 30 trains). Called when a map is replaced."""
-    for klass in type(env).__mro__:
+    iterations of 50x50 maps with 30 trains). ``rail_env`` calls it before drawing each map."""
+    from flatland.envs.rail_env import RailEnv
+
+    for klass in RailEnv.__mro__:
         for attribute in vars(klass).values():
             if hasattr(attribute, "cache_clear"):
                 attribute.cache_clear()
@@ -167,8 +170,6 @@ class RailDecisionEnv:
 
         self.release_rule = release_rule
         self.paths = [] if self.record else None  # per simulator step: each train's (row, col) or None
-        if self.env is not None:
-            forget_maps(self.env)
         self.env = rail_env(self.width, self.height, self.trains, seed, self.cities)
         self.distances = self.env.distance_map.get()  # [T, H, W, 4]
         self.ids = np.random.default_rng(seed).random(self.trains) if ids is None else np.asarray(ids, dtype=float)

@@ -120,7 +120,7 @@ def play_deadlock_avoidance(width: int, height: int, trains: int, seed: int, cit
     except ImportError:
         return None
     from flatland.envs.step_utils.states import TrainState
-    from ppoor.envs.rail import forget_maps, rail_env
+    from ppoor.envs.rail import rail_env
     from ppoor.envs.rail_track import deadlocked_trains
 
     start = time.perf_counter()
@@ -137,12 +137,10 @@ def play_deadlock_avoidance(width: int, height: int, trains: int, seed: int, cit
         steps += 1
     seconds = time.perf_counter() - start
     arrived = np.array([agent.state == TrainState.DONE for agent in env.agents])
-    score = float(env.rewards.normalize(*rewards, num_agents=trains, max_episode_steps=env._max_episode_steps))
-    forget_maps(env)
     return {
         "arrival_rate": float(arrived.mean()),
         "deadlock_rate": len(deadlocked - set(np.flatnonzero(arrived))) / trains,
-        "score": score,
+        "score": float(env.rewards.normalize(*rewards, num_agents=trains, max_episode_steps=env._max_episode_steps)),
         "seconds_per_step": seconds / max(steps, 1),
         "flatland_seconds_per_step": simulator_seconds / max(steps, 1),
         "decisions_per_second": steps * trains / seconds,
