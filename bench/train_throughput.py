@@ -1,7 +1,7 @@
 """Training throughput of ppo_or.py on TSP at 50 and 100 nodes: the rollout against the update.
 
 Runs the real trainer (subprocess) for a few iterations at M instances on one thread, the default
-preset (ppo-or: N = n trajectories, 8 symmetric copies, minibatches of 64, one epoch) or the paper's
+preset (ppo-or: N = n trajectories, 8 symmetric copies, minibatches of 32 instances, two epochs) or the paper's
 (rlor: N = 50, 8 minibatches, two epochs), with the encoder cache on and off in the rollout, and
 prints env steps/s (instance-steps, the trainer's SPS), node selections/s, and the split between
 rollout and PPO update with their ratio (the first iteration is dropped as warm-up). The trust
