@@ -1,8 +1,10 @@
-"""ppo-or: CleanRL-style deep reinforcement learning for routing (the installed package ``ppoor``).
+"""ppo-or: CleanRL-style deep reinforcement learning for routing and railway scheduling, and LLM
+agents that write solver programs (the import package ``ppoor``; a checkout is installed with
+``pip install -e .``, which maps the package to the checkout's folder).
 
 The public Python API (``search.solver``): ``ppoor.solve(data, checkpoint=..., decode=...)`` and
-``ppoor.Model(checkpoint)`` for repeated calls. A checkout imports ``ppoor/__init__.py`` instead,
-which gives the same names. They are imported on first use, so that ``import ppoor.envs`` stays light.
+``ppoor.Model(checkpoint)`` for repeated calls. They are imported on first use, so that
+``import ppoor.envs`` stays light.
 """
 
 __all__ = ["Model", "Solutions", "solve"]

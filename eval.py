@@ -21,17 +21,17 @@ from typing import Literal
 import numpy as np
 import torch
 import tyro
+from ppoor.checkers.tours import COST_NAMES
 from ppoor.data.datasets import SHIPPED, STANDARD_SETS, DataError
-from ppoor.data.references import pyvrp
+from ppoor.data.plot_routes import plot_routes
 from ppoor.data.solution_files import write_solution
 from ppoor.envs import ENV_VARIANTS, VECTOR_ENVS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import CheckpointError, compiler_problem
-from ppoor.plotting.routes import plot_routes
 from ppoor.search.decoding import BEAM, DECODES, SAMPLED
 from ppoor.search.polish import POLISHED, polish
-from ppoor.search.solutions import COST_NAMES
 from ppoor.search.solver import Model, variants_of
+from ppoor.solvers.references import pyvrp
 from ppoor.training.runs import (
     MAX_SECONDS,
     MAX_SEED,

@@ -37,12 +37,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import tyro
-from ppoor.envs.rail import RailDecisionEnv
 from ppoor.models import latest_checkpoint
 from ppoor.models.checkpoints import CheckpointError
-from ppoor.models.rail import load_rail_policy, load_release_classifier
-from ppoor.plotting.railway import render_episode
-from ppoor.search.rail import (
+from ppoor.railway.env import RailDecisionEnv
+from ppoor.railway.play import (
     CHANGES,
     learned_release,
     play,
@@ -51,6 +49,8 @@ from ppoor.search.rail import (
     random_rule,
     shortest_path_rule,
 )
+from ppoor.railway.plot import render_episode
+from ppoor.railway.policy import load_rail_policy, load_release_classifier
 from ppoor.training.runs import MAX_SEED, MAX_THREADS, check_numbers, fail, write_json
 from ppoor.training.runtime import keep_freed_memory
 

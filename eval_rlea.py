@@ -22,8 +22,8 @@ from typing import Literal
 import numpy as np
 import torch
 import tyro
-from ppoor.agents.episodes import METHODS, PLANNED, allowed_actions, rollout, summarize
-from ppoor.agents.settings import LLM_LIMITS, PLANNER, LLMArgs, check_args, encode, make_embedder, make_llms
+from ppoor.codegen.episodes import METHODS, PLANNED, allowed_actions, rollout, summarize
+from ppoor.codegen.settings import LLM_LIMITS, PLANNER, LLMArgs, check_args, encode, make_embedder, make_llms
 from ppoor.training.runs import MAX_SEED, check_writable, fail, write_json
 
 Method = Literal["standard", "cot", "self_refine", "rlea", "random", "fixed", "rlea_no_rag", "rlea_no_memory"]
@@ -67,7 +67,7 @@ def planner_file(path: str) -> str:
 
 def load_planner(path: str):
     """(soft Q-network, checkpoint) of an rlea.py run."""
-    from ppoor.agents.planner import SoftQNetwork, read_checkpoint
+    from ppoor.codegen.planner import SoftQNetwork, read_checkpoint
 
     file = planner_file(path)
     shipped = ", ".join(sorted(p.name for p in SHIPPED.iterdir())) if SHIPPED.is_dir() else "none"
@@ -95,10 +95,10 @@ def table(rows: dict[str, dict]) -> str:
 def judge(args: Args, problem: dict) -> int:
     """Judge the program file ``args.judge`` on ``problem`` as a generated one is judged; print the
     verdict, the recomputed objective and every reason. Returns the exit status (0: success)."""
-    from ppoor.agents.executor import Executor
-    from ppoor.agents.memory import Memory
-    from ppoor.agents.problems import protection
-    from ppoor.agents.sandbox import Sandbox
+    from ppoor.codegen.benchmark import protection
+    from ppoor.codegen.executor import Executor
+    from ppoor.codegen.memory import Memory
+    from ppoor.codegen.sandbox import Sandbox
 
     try:
         code = Path(args.judge).read_text()
@@ -137,12 +137,12 @@ def main(args: Args, given: set[str] | None = None) -> None:
     output = args.output or os.path.join("runs", f"eval_rlea__{args.seed}__{int(time.time())}.json")
     check_writable("--output", output)
 
-    from ppoor.agents.executor import Executor
-    from ppoor.agents.memory import Memory
-    from ppoor.agents.planner import sample_action
-    from ppoor.agents.problems import load_problems, shipped_problems
-    from ppoor.agents.rag import Retriever
-    from ppoor.agents.sandbox import Sandbox
+    from ppoor.codegen.benchmark import load_problems, shipped_problems
+    from ppoor.codegen.executor import Executor
+    from ppoor.codegen.memory import Memory
+    from ppoor.codegen.planner import sample_action
+    from ppoor.codegen.rag import Retriever
+    from ppoor.codegen.sandbox import Sandbox
 
     folder = args.problems or shipped_problems()
     split = args.split or ("all" if args.problems else "test")

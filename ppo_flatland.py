@@ -1,39 +1,19 @@
 """PPO for railway scheduling on the Flatland simulator, in the style of CleanRL's ppo.py.
 
     python ppo_flatland.py                                   # 25x25 maps with 5 trains, CPU, tens of minutes
-    python ppo_flatland.py --width 35 --height 35 --trains 10 --imitation-episodes 160 --imitation-epochs 100 \
-        --learning-rate 1e-4 --ent-coef 0 --update-epochs 2 --eval-episodes 20 --release-episodes 60 \
-        --total-seconds 780                                  # the shipped checkpoints/flatland/flatland35.pt
-    python ppo_flatland.py --width 50 --height 50 --trains 30 --max-active 20 --wait --prior-weight 3 \
-        --learning-rate 3e-4 --ent-coef 0 --num-envs 6 --eval-episodes 12 --eval-interval 5 --release-episodes 60 \
-        --total-seconds 2400                                 # checkpoints/flatland/flatland50.pt (residual policy)
+    python ppo_flatland.py --width 35 --height 35 --trains 10 --imitation-episodes 160 --learning-rate 1e-4
     python ppo_flatland.py --resume runs/<run>/ckpt/50.pt    # continue a stopped run
-    python ppo_flatland.py --no-safety --width 35 --height 35 --trains 10 --init-from runs/<run>/ckpt/80.pt
-                                                             # a curriculum: go on on larger maps
 
-The design of the NeurIPS 2020 Flatland RL-track winners (see envs/rail.py and envs/rail_tree.py):
-trains decide only on or before switches, each train's episode ends at its target or in a
-deadlock, the observation is a tree over the switches ahead plus global features with a random id
-per train, and the reward is 0.01 x distance progress - 5 on deadlock + 10 on arrival. One actor-
-critic serves all trains (models/rail.py); its actor hears the messages of nearby trains through
-attention. With --safety (the default) the policy acts within a safety layer (envs/rail_safety.py):
-it may only take a branch whose path to the target is clear of head-on conflicts, moves chosen in
-the same step are checked one after another, trains enter the map when their path is clear, and
-what is stored for PPO is the action carried out. During training at most --max-active trains run
-at once (default: all), the closest to their targets first. --imitation-episodes starts PPO from a
-behaviour-cloned copy of the layer's shortest-path rule; --prior-weight makes the policy a residual on
-that rule (it plays the rule before any training); --wait lets trains stop where the layer allows a
-move; --keep-best (default) ends with the policy of the best validation evaluation.
-
-An iteration plays one whole episode on each of --num-envs maps (a fresh map per episode), all
-environments batched through the policy at each decision step. A transition is one decision of one
-train; its reward is what the train earned until its next decision, and GAE runs over each train's
-own decisions. The update splits the stored decision steps (all trains of one environment at one
-step, so the messages are recomputed with gradients) into minibatches.
+The design of the NeurIPS 2020 Flatland RL-track winners (railway/env.py, railway/tree.py): trains
+decide only on or before switches, a train's episode ends at its target or in a deadlock, the
+observation is a tree over the switches ahead, and one actor-critic (railway/policy.py) serves all
+trains, its actor hearing nearby trains through attention. With --safety (the default) it acts
+within a safety layer (railway/safety.py) that only allows branches clear of head-on conflicts. An
+iteration plays one episode on each of --num-envs fresh maps; a transition is one decision of one
+train, and GAE runs over each train's own decisions.
 """
 
 import copy
-import math
 import os
 import random
 import sys
@@ -44,24 +24,12 @@ from typing import Literal
 import numpy as np
 import torch
 import tyro
-from ppoor.envs.rail import STOP
-from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
-from ppoor.models.rail import POLICY_INPUTS, RailPolicy, load_rail_policy, mask_logits
-from ppoor.search.rail import shortest_path_rule
-from ppoor.training.railway import RELEASE_THRESHOLDS, evaluate, learn_release, make_env, training_state
-from ppoor.training.runs import (
-    MAX_SECONDS,
-    MAX_THREADS,
-    PPO_LIMITS,
-    Run,
-    check_numbers,
-    exp_name_problem,
-    fail,
-    given_fields,
-    resume_settings,
-    wandb_problem,
-)
-from ppoor.training.runtime import StopRequest, keep_freed_memory
+from ppoor.railway import trainer
+from ppoor.railway.env import STOP
+from ppoor.railway.policy import POLICY_INPUTS, RailPolicy, mask_logits
+from ppoor.railway.tree import observe
+from ppoor.training.runs import Run, given_fields
+from ppoor.training.runtime import keep_freed_memory
 
 
 @dataclass
@@ -94,22 +62,16 @@ class Args:
     cities: int | None = None
     """cities per map (default: one per 4 trains, at least 2)"""
     max_active: int | None = None
-    """the most trains running at once (released closest to their targets first; default: all); without the
-    safety layer on 25x25 maps with 5 trains, 5 learned to 0.74 arrival in 25 minutes, 3 to 0.50-0.55"""
+    """the most trains running at once, released closest to their targets first; None: all"""
     safety: bool = True
-    """act within the safety layer (branches with a clear path only, moves checked one after another, trains
-    enter when their path is clear); --no-safety: the policy alone decides, as in the winners' design"""
+    """act within the safety layer (only branches clear of head-on conflicts); --no-safety: the policy alone"""
     wait: bool = False
-    """with the safety layer, a deciding train may also stop while a branch is clear (the layer then only vetoes
-    moves into head-on conflicts; waiting for a train to pass is the policy's choice)"""
+    """with the safety layer, let a deciding train stop while a branch is clear"""
     veto: Literal["path", "segment"] = "path"
-    """what the safety layer forbids: "path", a branch whose path to the target is not clear (the reservation
-    check); "segment", only a branch whose next segment (up to the train's next choice of exit) holds a train coming head-on,
-    stopping always allowed: the reservation check then only proposes (the residual's prior), so PPO may
-    break its knots"""
+    """what the safety layer forbids: "path", a branch whose path to the target is not clear; "segment", only a
+    branch whose next segment holds a train coming head-on (stopping always allowed)"""
     prior_weight: float = 0.0
-    """residual policy: add this x the one-hot choice of the safety layer's shortest-path rule to the actor's
-    logits, so the untrained policy plays that rule and PPO learns where to differ (0 = a plain policy)"""
+    """residual policy: add this x the shortest-path rule's one-hot choice to the actor's logits (0: a plain policy)"""
     tree_depth: int = 2
     """levels of switches in the observation tree (edges: 2 + 4 + ... + 2^depth)"""
     comm_radius: int = 10
@@ -153,18 +115,14 @@ class Args:
 
     # Evaluation and checkpoints
     eval_interval: int = 10
-    """evaluate the policy (greedy; sampled with --eval-sample) every this many iterations on --eval-episodes
-    fixed maps (0 = never)"""
+    """evaluate the policy on --eval-episodes fixed maps every this many iterations (0 = never)"""
     eval_sample: bool = False
-    """validate the policy drawing its actions (seeded), not taking the most likely ones: keep-best, the
-    release data and threshold and the final figures then judge the policy as eval_flatland.py's
-    policy_sampled plays it (a policy that learned to wait with some probability waits for ever when
-    played greedily)"""
+    """validate the policy drawing its actions (seeded) instead of taking the most likely ones (use it for a
+    policy that learned to wait: greedy play may wait for ever)"""
     eval_episodes: int = 10
     """validation maps (seeds 1,000,000 + k) of the training size"""
     imitation_episodes: int = 0
-    """before PPO, imitate the safety layer's shortest-path rule on this many episodes (behaviour cloning of
-    the actor, returns for the critic; 0 = start from random weights; needs --safety)"""
+    """before PPO, imitate the safety layer's shortest-path rule on this many episodes (0 = none; needs --safety)"""
     imitation_epochs: int = 60
     """passes over the imitation data"""
     imitation_learning_rate: float = 1e-3
@@ -172,63 +130,14 @@ class Args:
     release_episodes: int = 100
     """episodes of release data after training, for the learned release classifier (0 = none)"""
     keep_best: bool = True
-    """at the end, keep the policy of the evaluation with the best validation arrival rate (the release
-    classifier and the final checkpoint then hold that one); --no-keep-best keeps the last"""
+    """end with the policy of the best validation arrival rate; --no-keep-best keeps the last"""
     checkpoint_interval: int = 10
     """write a checkpoint every this many iterations (0 = only at the end)"""
     resume: str | None = None
     """a checkpoint of this script to continue from (its arguments are kept)"""
     init_from: str | None = None
-    """start from the policy weights of this ppo_flatland.py checkpoint (a file, a run folder: its latest, or
-    a shipped name such as flatland/flatland35) with the same tree depth and hidden size, then train as a new run: a curriculum
-    trains on small maps first and goes on on larger ones; the release classifier is learned anew"""
-
-
-LIMITS = {
-    **PPO_LIMITS,
-    "num_minibatches": (1, math.inf),
-    "threads": (0, MAX_THREADS),
-    "width": (20, 1_000),
-    "height": (20, 1_000),
-    "trains": (1, 10_000),
-    "cities": (2, 1_000),
-    "max_active": (1, 10_000),
-    "prior_weight": (0.0, 100.0),
-    "tree_depth": (1, 6),
-    "comm_radius": (0, 10_000),
-    "total_seconds": (1.0, MAX_SECONDS),
-    "num_envs": (1, 1_000),
-    "hidden": (1, 4096),
-    "eval_episodes": (0, 100_000),
-    "imitation_episodes": (0, 100_000),
-    "imitation_epochs": (1, 100_000),
-    "imitation_learning_rate": (1e-10, 10.0),
-    "release_episodes": (0, 100_000),
-}
-"""The closed range of every numeric argument (``training.runs.check_numbers``)."""
-
-
-def check_args(args: Args) -> None:
-    """Fails early, in one line, on arguments that cannot work."""
-    problems = check_numbers(args, LIMITS)
-    if problem := exp_name_problem(args.exp_name):
-        problems.append(problem)
-    if args.imitation_episodes and not args.safety:
-        problems.append("--imitation-episodes imitates the safety layer's rule: drop --no-safety")
-    if args.wait and not args.safety:
-        problems.append("--wait lets the safety layer's trains stop while a move is clear: drop --no-safety")
-    if args.veto != "path" and not args.safety:
-        problems.append("--veto is a setting of the safety layer: drop --no-safety")
-    fail(problems)
-    try:
-        make_env(args)
-    except ValueError as exc:
-        sys.exit(f"error: {exc}")
-
-
-def batch(observations: list, keys=POLICY_INPUTS) -> list:
-    """Per-environment observation dicts -> tensors [B, T, ...] of ``keys``."""
-    return [torch.as_tensor(np.stack([o[key] for o in observations])) for key in keys]
+    """start a new run from the weights of this ppo_flatland.py checkpoint (same --tree-depth and --hidden), e.g.
+    to go on on larger maps"""
 
 
 def train_advantages(rewards, values, deciding, finished_after, last_values, gamma, lam) -> np.ndarray:
@@ -253,7 +162,7 @@ def train_advantages(rewards, values, deciding, finished_after, last_values, gam
 
 def rollout(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args, teacher=None) -> dict:
     """One episode on a fresh map in each of ``envs``, all maps through the policy together at each
-    decision step: actions sampled from the policy, or chosen by ``teacher`` (a ``search.rail`` rule)
+    decision step: actions sampled from the policy, or chosen by ``teacher`` (a ``railway.play`` rule)
     when given. Per decision step (lists of S entries): stored observations (tensors [B, T, ...]),
     actions and log-probabilities [B, T] of the actions carried out (the safety layer may turn a move
     into a stop), values [B, T], rewards [B, T] (each train's rewards until its next decision),
@@ -267,7 +176,7 @@ def rollout(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
     decisions = 0
     with torch.no_grad():
         while not all(env.done for env in envs):
-            edges, globs, neighbors, allowed, prior = batch(obs)
+            edges, globs, neighbors, allowed, prior = trainer.policy_batch(obs)
             logits, value = policy(edges, globs, neighbors, None, prior)
             dist = torch.distributions.Categorical(logits=mask_logits(logits, allowed))
             if teacher is None:
@@ -303,89 +212,9 @@ def rollout(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
             out["logprobs"].append(
                 torch.distributions.Categorical(logits=mask_logits(logits, allowed)).log_prob(action)
             )
-        out["last_values"] = policy(*batch(obs))[1].numpy()
+        out["last_values"] = policy(*trainer.policy_batch(obs))[1].numpy()
     out["decisions"] = decisions
     return out
-
-
-def imitate(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args, stop: StopRequest) -> dict:
-    """Behaviour cloning before PPO: --imitation-episodes episodes of the safety layer's shortest-path
-    rule (``search.rail.shortest_path_rule``); the actor is fitted to its actions (cross-entropy over
-    the allowed actions of the deciding trains) and the critic to the discounted returns of each
-    train's decisions, --imitation-epochs passes (fewer when ``stop`` is requested). Returns the fitted
-    figures."""
-    rows = []
-    for _ in range(-(-args.imitation_episodes // len(envs))):
-        if stop.requested and rows:
-            break
-        roll = rollout(policy, envs, rng, args, teacher=shortest_path_rule)
-        returns = train_advantages(
-            np.stack(roll["rewards"]), np.zeros_like(np.stack(roll["rewards"])), np.stack(roll["deciding"]),
-            np.stack(roll["finished_after"]), np.zeros_like(roll["last_values"]), args.gamma, 1.0,
-        )  # fmt: skip
-        for k, stored in enumerate(roll["stored"]):
-            rows.append((stored, roll["actions"][k], torch.as_tensor(roll["deciding"][k]), returns[k]))
-    data = {key: torch.cat([r[0][key] for r in rows]) for key in POLICY_INPUTS}
-    target = torch.cat([r[1] for r in rows])
-    deciding = torch.cat([r[2] for r in rows]).float()
-    returns = torch.as_tensor(np.concatenate([r[3] for r in rows]), dtype=torch.float32)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=args.imitation_learning_rate)
-    size = max(1, len(target) // args.num_minibatches)
-    for _ in range(args.imitation_epochs):
-        if stop.requested:
-            break
-        for idx in torch.randperm(len(target)).split(size):
-            logits, value = policy(*(data[key][idx] for key in POLICY_INPUTS))
-            count = deciding[idx].sum().clamp(min=1)
-            actor = (torch.nn.functional.cross_entropy(logits.transpose(1, 2), target[idx], reduction="none")
-                     * deciding[idx]).sum() / count  # fmt: skip
-            critic = (((value - returns[idx]) ** 2) * deciding[idx]).sum() / count
-            optimizer.zero_grad()
-            (actor + args.vf_coef * critic).backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
-            optimizer.step()
-    with torch.no_grad():
-        logits, _ = policy(*(data[key] for key in POLICY_INPUTS))
-        agree = ((logits.argmax(-1) == target).float() * deciding).sum() / deciding.sum().clamp(min=1)
-    return {"decisions": int(deciding.sum()), "agreement": float(agree), "value_loss": critic.item()}
-
-
-RESUME_OVERRIDES = ("total_timesteps", "total_seconds", "checkpoint_interval", "eval_interval", "threads", "track",
-                    "wandb_project_name", "wandb_entity")  # fmt: skip
-"""The arguments a resumed run may change; any other one given must equal the checkpoint's."""
-LEGACY = {"safety": False, "veto": "path", "eval_sample": False}
-"""What checkpoints written before these arguments existed did (their values when resuming)."""
-
-
-def initial_policy(args: Args) -> dict:
-    """The weights of --init-from, checked against this run's policy shape; exits with one line otherwise."""
-    from ppoor.models.checkpoints import CheckpointError, latest_checkpoint
-
-    try:
-        _, ckpt = load_rail_policy(latest_checkpoint(args.init_from))
-    except (CheckpointError, ValueError) as exc:
-        sys.exit(f"error: --init-from: {exc}")
-    mine = {"edge_slots": edge_slots(args.tree_depth), "edge_features": len(EDGE_FEATURES),
-            "global_features": len(GLOBAL_FEATURES), "hidden": args.hidden}  # fmt: skip
-    theirs = {key: ckpt["model_config"].get(key) for key in mine}
-    if theirs != mine:
-        sys.exit(f"error: --init-from: {args.init_from} has policy shape {theirs}, this run needs {mine} "
-                 "(--tree-depth and --hidden must match)")  # fmt: skip
-    return ckpt["model"]
-
-
-def resolve_args(args: Args, given: set[str] | None = None) -> tuple[Args, dict | None]:
-    """The settings ``main`` can trust (a resumed run's own; ``given``: the fields given on the command
-    line) and the checkpoint resumed from; exits with one line naming the argument otherwise."""
-    ckpt = None
-    if args.resume:  # older runs had no safety layer
-        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, LEGACY, "ppo_flatland.py")
-        if ckpt.get("problem") != "rail":
-            sys.exit(f"error: --resume: {args.resume} is not a ppo_flatland.py training checkpoint")
-    check_args(args)
-    if args.track and (problem := wandb_problem()):
-        sys.exit(f"error: --track: {problem}")
-    return args, ckpt
 
 
 def training_batch(roll: dict, args: Args) -> dict:
@@ -463,8 +292,8 @@ def ppo_update(policy: RailPolicy, optimizer, b: dict, args: Args) -> dict:
 
 def main(args: Args, given: set[str] | None = None) -> None:
     """Trains; ``given``: the fields given on the command line (``training.runs.given_fields``)."""
-    args, ckpt = resolve_args(args, given)
-    initial = initial_policy(args) if args.init_from and not ckpt else None  # fails in one line before any writing
+    args, ckpt = trainer.resolve_args(args, given)
+    initial = trainer.initial_policy(args) if args.init_from and not ckpt else None  # fails in one line before any writing
 
     # seeding
     random.seed(args.seed)
@@ -477,52 +306,31 @@ def main(args: Args, given: set[str] | None = None) -> None:
     rng = np.random.default_rng(args.seed)
 
     # env setup: one simulator per map, each playing one episode per iteration
-    envs = [make_env(args) for _ in range(args.num_envs)]
-    model_config = {
-        "edge_slots": edge_slots(args.tree_depth),
-        "edge_features": len(EDGE_FEATURES),
-        "global_features": len(GLOBAL_FEATURES),
-        "hidden": args.hidden,
-        "prior_weight": args.prior_weight,
-    }
-    policy = RailPolicy(**model_config)
+    envs = [trainer.make_env(args) for _ in range(args.num_envs)]
+    config = trainer.model_config(args)
+    policy = RailPolicy(**config)
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate, eps=1e-5)
     # episodes played, the policy with the best validation arrival rate so far (--keep-best), the release classifier
     kept = {"episodes": 0, "best": {"arrival_rate": -1.0, "iteration": 0, "model": None}}
     if initial is not None:
         policy.load_state_dict(initial)
     if ckpt:
-        policy.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        kept.update(episodes=ckpt["episodes"], best=ckpt.get("best", kept["best"]))
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        rng.bit_generator.state = ckpt["rng"]["numpy"]
+        trainer.restore(ckpt, policy, optimizer, kept, rng)
     run = Run(args, f"flatland-{args.width}x{args.height}-{args.trains}__{args.exp_name}__{args.seed}", ckpt)
     best = kept["best"]
-    print(
-        f"ppo_flatland: {args.width}x{args.height} maps, {args.trains} trains (at most {args.max_active or args.trains} "
-        f"running{', safety layer' if args.safety else ''}), {args.num_envs} maps per iteration, tree depth "
-        f"{args.tree_depth}\nrun {run.dir}: {args.total_timesteps:,} "
-        f"decisions" + (f", at most {args.total_seconds:g} s" if args.total_seconds else ""),
-        flush=True,
-    )
-    if args.imitation_episodes and not ckpt:
-        figures = imitate(policy, envs, rng, args, run.stop)
+    trainer.announce(run, args)
+    if args.imitation_episodes and not ckpt:  # behaviour cloning of the layer's shortest-path rule
+        figures = trainer.imitate(policy, envs, rng, args, run.stop, rollout, train_advantages)
         run.log("charts/imitation_agreement", figures["agreement"], step=0)
-        print(
-            f"imitation: {figures['decisions']:,} decisions of the shortest-path rule from {args.imitation_episodes} "
-            f"episodes, greedy agreement {figures['agreement']:.3f}",
-            flush=True,
-        )
     started = args.imitation_episodes or args.prior_weight or args.init_from
     if started and not ckpt and args.eval_interval and not run.stop.requested:
-        result = evaluate(policy, args, run.stop)  # the imitated, residual or initial policy: kept if nothing beats it
+        result = trainer.evaluate(policy, args, run.stop)  # the imitated, residual or initial policy: kept if nothing beats it
         best.update(arrival_rate=result["arrival_rate"], iteration=0, model=copy.deepcopy(policy.state_dict()))
         print(f"start: validation arrival rate {result['arrival_rate']:.3f}", flush=True)
     # --total-seconds bounds the whole run: the training stops early enough for the release data and the
     # final evaluation, whose time is estimated from the rollouts' seconds per episode (the run's reserve)
     final_episodes = args.eval_episodes + (
-        args.release_episodes + len(RELEASE_THRESHOLDS) * args.eval_episodes if args.release_episodes else 0
+        args.release_episodes + len(trainer.RELEASE_THRESHOLDS) * args.eval_episodes if args.release_episodes else 0
     )
 
     while run.going():
@@ -544,24 +352,10 @@ def main(args: Args, given: set[str] | None = None) -> None:
         update_time = time.time() - update_start
         run.tick()
 
-        arrival = float(np.mean([env.arrived.mean() for env in envs]))
-        deadlock = float(np.mean([env.deadlocked.mean() for env in envs]))
-        score = float(np.mean([env.score() for env in envs]))
-        for tag, value in (
-            ("charts/learning_rate", optimizer.param_groups[0]["lr"]), ("charts/arrival_rate", arrival),
-            ("charts/deadlock_rate", deadlock), ("charts/normalized_score", score),
-            ("charts/episodic_return", float(np.stack(roll["rewards"]).sum() / (args.num_envs * args.trains))),
-            ("charts/decisions_per_second", roll["decisions"] / rollout_time),
-            ("charts/SPS", int(roll["decisions"] / (rollout_time + update_time))),
-            *((f"losses/{name}", value) for name, value in stats.items()),
-        ):  # fmt: skip
-            run.log(tag, value)
-        line = (
-            f"iteration={run.iteration} decisions={run.global_step} arrival={arrival:.3f} deadlock={deadlock:.3f} "
-            f"score={score:.3f} rollout={rollout_time:.2f}s update={update_time:.2f}s"
-        )
+        lr = optimizer.param_groups[0]["lr"]
+        line = trainer.log_iteration(run, args, envs, roll, stats, lr, (rollout_time, update_time))
         if args.eval_interval and run.iteration % args.eval_interval == 0 and not run.stop.requested:
-            result = evaluate(policy, args, run.stop)
+            result = trainer.evaluate(policy, args, run.stop)
             for name, value in result.items():
                 run.log(f"eval/{name}", value)
             line += (
@@ -569,24 +363,21 @@ def main(args: Args, given: set[str] | None = None) -> None:
                 f" eval/changed_decisions={result['changed_decisions']:.4f}"
             )
             if result["arrival_rate"] > best["arrival_rate"]:
-                best.update(
-                    arrival_rate=result["arrival_rate"],
-                    iteration=run.iteration,
-                    model=copy.deepcopy(policy.state_dict()),
-                )
+                best.update(arrival_rate=result["arrival_rate"], iteration=run.iteration,
+                            model=copy.deepcopy(policy.state_dict()))  # fmt: skip
         print(line + run.progress(), flush=True)
         if run.checkpoint_due():
-            run.save(training_state(policy, optimizer, model_config, rng, args, kept))
+            run.save(trainer.training_state(policy, optimizer, config, rng, args, kept))
 
     if run.stop.requested:
-        run.stopped(run.save(training_state(policy, optimizer, model_config, rng, args, kept)))
+        run.stopped(run.save(trainer.training_state(policy, optimizer, config, rng, args, kept)))
     if args.keep_best and best["model"] is not None:
         policy.load_state_dict(best["model"])
         print(f"kept the policy of iteration {best['iteration']} (validation arrival {best['arrival_rate']:.3f})")
     if args.release_episodes:
-        kept.update(learn_release(policy, args, rng, run.stop))
-    path = run.save(training_state(policy, optimizer, model_config, rng, args, kept))
-    result = evaluate(policy, args, run.stop) if args.eval_episodes and not run.stop.requested else {}
+        kept.update(trainer.learn_release(policy, args, rng, run.stop))
+    path = run.save(trainer.training_state(policy, optimizer, config, rng, args, kept))
+    result = trainer.evaluate(policy, args, run.stop) if args.eval_episodes and not run.stop.requested else {}
     if result:
         print(
             f"final: {'sampled' if args.eval_sample else 'greedy'} policy on {args.eval_episodes} validation maps: arrival rate {result['arrival_rate']:.3f}, "

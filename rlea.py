@@ -10,7 +10,7 @@ Each episode: a train problem; the executor writes a program directly; if it doe
 the planner picks actions from pi(a|s) = softmax(Q(s, .) / alpha) until success (valid on the
 instance and the probing instance, within 5% of the reference) or --t-max steps. Transitions go to
 the replay buffer; the soft Bellman residual against a target network trains Q; the memory model
-distils each trajectory into lessons for MLEM. The pieces live in agents/ (problems, sandbox,
+distils each trajectory into lessons for MLEM. The pieces live in codegen/ (problems, sandbox,
 checker, LLM backends, retrieval, memory, planner); this file is the algorithm.
 """
 
@@ -24,9 +24,9 @@ from typing import Literal
 import numpy as np
 import torch
 import tyro
-from ppoor.agents.settings import LLM_LIMITS, LLMArgs, check_args, encode, make_embedder, make_llms
-from ppoor.training.rlea import log_episode, save_run
-from ppoor.training.runs import MAX_SEED, Run, fail, given_fields, resume_settings, wandb_problem
+from ppoor.codegen.records import CHECKPOINT, log_episode, resolve_args, save_run
+from ppoor.codegen.settings import LLM_LIMITS, LLMArgs, encode, make_embedder, make_llms
+from ppoor.training.runs import MAX_SEED, Run, fail, given_fields
 
 
 @dataclass
@@ -92,39 +92,18 @@ LIMITS = LLM_LIMITS | {
     "max_grad_norm": (1e-6, 1e6),
     "checkpoint_interval": (0, 1_000_000),
 }
-CHECKPOINT = "rlea.pt"  # the training state: networks, optimizer, replay buffer
-
-
-def resolve_args(args: Args, given: set[str] | None = None) -> tuple[Args, dict | None]:
-    """The settings ``main`` can trust (a resumed run's own: only --episodes may change; ``given``: the
-    fields given on the command line) and the checkpoint resumed from; exits with one line otherwise."""
-    fail(check_args(args, LIMITS))
-    ckpt = None
-    if args.resume:
-        args, ckpt = resume_settings(args, given or set(), ("episodes",), {}, "rlea.py", ("episode", "episodes"),
-                                     CHECKPOINT)  # fmt: skip
-        ckpt.setdefault("global_step", ckpt.get("episode", 0))  # the run's count (checkpoints before training.runs.Run)
-        if ckpt.get("script") != "rlea.py":
-            fail(
-                [
-                    f"--resume: {args.resume} is not an rlea.py checkpoint (give an rlea.py run folder or its {CHECKPOINT})"
-                ]
-            )
-    if args.track and (problem := wandb_problem()):
-        fail([f"--track: {problem}"])
-    return args, ckpt
 
 
 def main(args: Args, given: set[str] | None = None) -> None:
     """Trains the planner; ``given``: the fields given on the command line (``training.runs.given_fields``)."""
-    args, ckpt = resolve_args(args, given)
-    from ppoor.agents.episodes import rollout
-    from ppoor.agents.executor import Executor
-    from ppoor.agents.memory import Memory
-    from ppoor.agents.planner import Learner, alpha_at, sample_action, soft_q_update
-    from ppoor.agents.problems import load_problems, shipped_problems
-    from ppoor.agents.rag import Retriever
-    from ppoor.agents.sandbox import Sandbox
+    args, ckpt = resolve_args(args, given, LIMITS)
+    from ppoor.codegen.benchmark import load_problems, shipped_problems
+    from ppoor.codegen.episodes import rollout
+    from ppoor.codegen.executor import Executor
+    from ppoor.codegen.memory import Memory
+    from ppoor.codegen.planner import Learner, alpha_at, sample_action, soft_q_update
+    from ppoor.codegen.rag import Retriever
+    from ppoor.codegen.sandbox import Sandbox
 
     try:
         problems = load_problems(args.problems or shipped_problems(), args.split)

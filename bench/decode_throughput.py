@@ -11,13 +11,9 @@ them).
 """
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ppoor.envs import kool_dataset  # noqa: E402
 from ppoor.models import Agent  # noqa: E402
 from ppoor.search import rollout  # noqa: E402

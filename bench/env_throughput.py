@@ -15,15 +15,10 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-import numpy as np  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import gymnasium as gym  # noqa: E402
-
+import numpy as np  # noqa: E402
 from ppoor import envs  # noqa: E402  (registers the env ids)
 
 ENV_IDS = (

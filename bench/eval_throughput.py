@@ -4,8 +4,8 @@ For greedy, multi-greedy (one start per node), greedy x8 augmentation, multi-gre
 trajectories per instance) and beam search of width --beam-width (RL4CO's beam_search beside it: W
 distinct starts, then one beam of W; ours searches the first step too), at each of --num-nodes, our cached decoder against re-encoding at every step (the way the paper's original
 evaluation runs) and against RL4CO's Attention Model policy (same architecture, untrained, the same
-instances, batch size, thread and trajectories per instance; ``pip install -r
-requirements-bench.txt``; left out with a note where RL4CO is not installed), all measured in this
+instances, batch size, thread and trajectories per instance; ``pip install -e
+".[bench]"``; left out with a note where RL4CO is not installed), all measured in this
 run, on the first Kool test instances. One external figure stays quoted: the original RLOR
 evaluation took 79 s per 1,000 TSP50 instances in multi-greedy (12.7/s) on one thread here.
 
@@ -25,13 +25,9 @@ import copy
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ppoor.envs import kool_dataset  # noqa: E402
 from ppoor.models import Agent, compile_step, compiler_problem  # noqa: E402
 from ppoor.search import decode  # noqa: E402

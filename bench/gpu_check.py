@@ -24,7 +24,6 @@ Prints, on the first CUDA device (or on the CPU with small sizes, so that CI run
 import argparse
 import contextlib
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -32,14 +31,13 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 from host_traffic import report as traffic_report  # noqa: E402
 from inprocess import iteration_rows, trainer_run  # noqa: E402
+from ppoor import ppo_or  # noqa: E402
 from ppoor.envs import TSPVectorEnv, kool_dataset  # noqa: E402
 from ppoor.models import Agent, StateWrapper, load_agent  # noqa: E402
 from ppoor.search import decode  # noqa: E402
-
-from ppoor import ppo_or  # noqa: E402
+from ppoor.training import routing  # noqa: E402
 
 RLOR_TSP50 = ROOT.parent / "shared" / "checkpoints" / "rlor" / "tsp50-v0-12000.pt"
 DECODES = [("greedy", 1), ("multi-greedy", 1), ("greedy", 8), ("multi-greedy", 8)]
@@ -102,7 +100,7 @@ def main():
     minutes = min(args.minutes, 0.3) if small else args.minutes
     name = torch.cuda.get_device_name(device) if cuda else f"CPU ({torch.get_num_threads()} threads)"
     print(f"gpu_check on {name}, torch {torch.__version__}; TSP{n}, M={m} x N={traj}" + (" (small)" if small else ""))
-    ppo_or.kool_references = lambda *args, **kwargs: None  # no LKH gaps: the check needs lengths only
+    routing.kool_references = lambda *args, **kwargs: None  # no LKH gaps: the check needs lengths only
     started = time.perf_counter()
 
     # 1-2. throughput, first losses, peak memory: the default preset at 50 and 100 nodes and the paper's

@@ -18,14 +18,10 @@ other synchronisation per step.
 
 import argparse
 import contextlib
-import sys
 from collections import Counter
-from pathlib import Path
 
 import torch
 from inprocess import trainer_run
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ppoor.envs import ENV_IDS, VECTOR_ENVS  # noqa: E402
 
 COPIES = ("host_to_device", "device_to_host")

@@ -4,11 +4,9 @@ import contextlib
 import io
 import os
 import re
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ppoor import ppo_or  # noqa: E402
 
 

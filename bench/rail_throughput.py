@@ -1,4 +1,4 @@
-"""Decisions per second of the Flatland wrapper (envs/rail.py) against the raw simulator.
+"""Decisions per second of the Flatland wrapper (railway/env.py) against the raw simulator.
 
 Random decisions on generated maps (25x25 with 5 trains by default), all trains released: the
 wrapper asks only trains on or before a switch and moves the others itself, so an episode has fewer
@@ -7,7 +7,7 @@ and the raw simulator stepped with one action per train per step (what a policy 
 without the wrapper): train-steps/s, and the ratio of decisions to train-steps (the share of
 choices the wrapper leaves to the policy). Both sides' times include drawing the map (the wrapper's
 reset draws it), after one warm-up draw per size. Then the same seeds and random draws through the
-wrapper with the safety layer on (envs/rail_safety.py: path checks at every decision and map entry;
+wrapper with the safety layer on (railway/safety.py: path checks at every decision and map entry;
 the episodes differ, as the layer turns some moves into stops), its simulator steps/s and the ratio
 to the plain wrapper's. One process, no model.
 
@@ -15,14 +15,10 @@ to the plain wrapper's. One process, no model.
 """
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ppoor.envs.rail import RailDecisionEnv, rail_env  # noqa: E402
+from ppoor.railway.env import RailDecisionEnv, rail_env  # noqa: E402
 
 
 def random_episodes(env: RailDecisionEnv, args) -> tuple[float, int, int, list[int]]:

@@ -1,7 +1,7 @@
 """RL4CO as a peer for the benchmarks: its envs and policies (its POMO on its multi-task VRP env is
 RouteFinder's MTPOMO baseline), fed our instances, their tours scored by our checker.
 
-RL4CO (``pip install -r requirements-bench.txt``) holds instances as TensorDicts. TSP: ``locs``
+RL4CO (``pip install -e ".[bench]"``) holds instances as TensorDicts. TSP: ``locs``
 [B, n, 2]. CVRP: ``locs`` [B, n, 2] (customers), ``depot`` [B, 2], ``demand`` [B, n] (fractions of
 the capacity), ``capacity`` [B, 1]. Multi-task VRP: ``locs`` [B, n + 1, 2] (depot first), demands
 [B, n + 1] (the depot's 0), ``time_windows`` [B, n + 1, 2], ``service_time`` [B, n + 1],

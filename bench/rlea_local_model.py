@@ -10,17 +10,14 @@ generations for the first train problems, each run in the sandbox and checked (r
 
 import argparse
 import resource
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ppoor.agents.executor import Executor  # noqa: E402
-from ppoor.agents.llm import LocalChat  # noqa: E402
-from ppoor.agents.memory import Memory  # noqa: E402
-from ppoor.agents.problems import load_problems, shipped_problems  # noqa: E402
-from ppoor.agents.rag import Retriever  # noqa: E402
-from ppoor.agents.sandbox import Sandbox  # noqa: E402
+from ppoor.codegen.benchmark import load_problems, shipped_problems  # noqa: E402
+from ppoor.codegen.executor import Executor  # noqa: E402
+from ppoor.codegen.llm import LocalChat  # noqa: E402
+from ppoor.codegen.memory import Memory  # noqa: E402
+from ppoor.codegen.rag import Retriever  # noqa: E402
+from ppoor.codegen.sandbox import Sandbox  # noqa: E402
 
 
 def main():

@@ -32,12 +32,11 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 from ppoor.data.datasets import load_data  # noqa: E402
-from ppoor.data.references import solve_reference  # noqa: E402
 from ppoor.envs import ENV_IDS, ENV_VARIANTS  # noqa: E402
 from ppoor.models import load_agent, read_checkpoint  # noqa: E402
 from ppoor.search import decode  # noqa: E402
+from ppoor.solvers.references import solve_reference  # noqa: E402
 
 PRESETS = ("ppo-or", "rlor")
 SHARED_REFERENCES = ROOT.parent / "shared" / "references"

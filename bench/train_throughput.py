@@ -35,11 +35,11 @@ from pathlib import Path
 
 import torch
 from inprocess import iteration_rows, trainer_run
+from ppoor import ppo_or
 from ppoor.models import compiler_problem
+from ppoor.training import options
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
-
-from ppoor import ppo_or
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -171,7 +171,7 @@ def main():
         sys.exit("error: --num-nodes at least 5, --num-envs at least 8, --iterations at least 1")
     if args.compile and (problem := compiler_problem()):
         sys.exit(f"error: --compile: {problem}")
-    epochs = ppo_or.PRESETS[args.preset].update_epochs
+    epochs = options.presets(ppo_or.Args)[args.preset].update_epochs
     extra = ("--step-fraction", str(args.step_fraction))
     extra += ("--minibatch-size", str(args.minibatch_size)) if args.minibatch_size else ()
     print(

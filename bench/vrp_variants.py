@@ -7,7 +7,7 @@ time and cached as .npy in --out) and decoded by every checkpoint, one thread; t
 mean PyVRP cost and, per checkpoint, the mean greedy and multi-greedy (every customer as a start,
 under --augment symmetries of the square: 8 is RouteFinder's and RL4CO's "x8") cost and gap in
 percent, the way RouteFinder and RL4CO report the variants. Every decoded and every PyVRP solution
-is checked (``search.solutions.vrp_cost``).
+is checked (``checkers.tours.vrp_cost``).
 
     python bench/vrp_variants.py --checkpoints mtvrp=checkpoints/mtvrp20.pt vrptw=checkpoints/vrptw20.pt \\
         --num-nodes 20 --instances 200 --variants vrptw cvrp ...   (default: all 48)
@@ -25,13 +25,11 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ppoor.data.datasets import load_data  # noqa: E402
-from ppoor.data.references import solve_reference, variant_references  # noqa: E402
 from ppoor.envs.vrp import VARIANTS  # noqa: E402
 from ppoor.models import CheckpointError, load_agent  # noqa: E402
 from ppoor.search import decode  # noqa: E402
+from ppoor.solvers.references import solve_reference, variant_references  # noqa: E402
 
 
 def solve(job: tuple) -> float:

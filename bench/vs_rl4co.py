@@ -9,11 +9,11 @@ multi-greedy and multi-greedy x8.
     python bench/vs_rl4co.py --env-id tsp-v0 --num-nodes 100 --evaluate --marks 40 60   # some marks (kept beside the others)
 
 ppo-or trains with its defaults at a CPU shape (``--num-envs 256``; ``--ppo-or-args`` adds arguments); the peer is RL4CO's POMO
-(``pip install -r requirements-bench.txt``) with POMO's own settings (batch 64, Adam 1e-4, every node
+(``pip install -e ".[bench]"``) with POMO's own settings (batch 64, Adam 1e-4, every node
 or customer a start, the shared baseline) on RL4CO's generator of the same distribution (uniform
 unit square; CVRP demands 1..9 over Kool's capacities). Both save a checkpoint each minute; a mark
 is scored with the first one written at or after it. Every tour of both is checked by
-``search.solutions.validate_tour`` and measured by ``tour_length`` (a tour that fails counts at twice
+``checkers.tours.validate_tour`` and measured by ``tour_length`` (a tour that fails counts at twice
 its reference, and is reported). References: ``data/reference_lengths`` (TSP by LKH, the first 1,000;
 CVRP by PyVRP 0.5 s, the first 200), or ``--references FILE.npy``.
 """
@@ -29,15 +29,11 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from ppoor.checkers.tours import InvalidTourError, tour_length, validate_tour  # noqa: E402
 from ppoor.data.datasets import load_data  # noqa: E402
-from ppoor.data.references import shipped_references  # noqa: E402
 from ppoor.models import load_agent, read_checkpoint  # noqa: E402
 from ppoor.search import decode  # noqa: E402
-from ppoor.search.solutions import InvalidTourError, tour_length, validate_tour  # noqa: E402
+from ppoor.solvers.references import shipped_references  # noqa: E402
 from rl4co_peer import (  # noqa: E402
     latest_run,
     mark_checkpoints,
@@ -142,7 +138,7 @@ def main():
     try:
         import rl4co  # noqa: F401
     except ImportError:
-        sys.exit("error: the peer needs RL4CO: pip install -r requirements-bench.txt")
+        sys.exit("error: the peer needs RL4CO: pip install -e '.[bench]'")
     marks = args.marks or [m for m in (10.0, 20.0, 40.0, 60.0) if m <= args.minutes] or [args.minutes]
     if any(m <= 0 or m > args.minutes for m in marks):
         sys.exit(f"error: --marks must lie in (0, --minutes {args.minutes:g}]")

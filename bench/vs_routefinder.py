@@ -8,14 +8,14 @@ marks scored on the same RouteFinder test instances (``envs.vrp.vrp_dataset``, i
     python bench/vs_routefinder.py --num-nodes 50 --minutes 60 --evaluate --marks 40 60   # some marks (kept beside the others)
 
 The peer is RL4CO's POMO on RL4CO's multi-task VRP env (RouteFinder's MTPOMO: RouteFinder itself is
-not on the package index; ``pip install -r requirements-bench.txt``), trained by RL4CO's Lightning
+not on the package index; ``pip install -e ".[bench]"``), trained by RL4CO's Lightning
 trainer with POMO's own settings (batch 64, Adam 1e-4, every customer a start, shared baseline) on
 RL4CO's generator with its "all" preset (each of O, B, L, TW with probability 0.5), whose distance
 limit is given RouteFinder's rule (drawn per instance, as in the test sets; RL4CO fixes 3.0, which
 never binds). ppo-or trains ``mtvrp-v0`` (the same 16-variant mix) with its defaults
 (``--num-envs 256``, the recipe of ``checkpoints/mtvrp20.pt``). Both save a checkpoint each minute; a
 mark is scored with the first one written at or after it. Every tour of both is checked by
-``search.solutions.vrp_cost``. PyVRP references (``--solver-seconds`` each): the shipped ones at
+``checkers.tours.vrp_cost``. PyVRP references (``--solver-seconds`` each): the shipped ones at
 n = 50 and 100, else solved and cached in ``--out``.
 """
 
@@ -29,16 +29,12 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from ppoor.checkers.tours import vrp_cost  # noqa: E402
 from ppoor.data.datasets import VRP_SHIPPED_SECONDS, load_data  # noqa: E402
-from ppoor.data.references import variant_references  # noqa: E402
 from ppoor.envs.vrp import CLASSIC  # noqa: E402
 from ppoor.models import load_agent, read_checkpoint  # noqa: E402
 from ppoor.search import decode  # noqa: E402
-from ppoor.search.solutions import vrp_cost  # noqa: E402
+from ppoor.solvers.references import variant_references  # noqa: E402
 from rl4co_peer import (  # noqa: E402
     latest_run,
     mark_checkpoints,
@@ -159,7 +155,7 @@ def main():
     try:
         import rl4co  # noqa: F401
     except ImportError:
-        sys.exit("error: the peer needs RL4CO: pip install -r requirements-bench.txt")
+        sys.exit("error: the peer needs RL4CO: pip install -e '.[bench]'")
     marks = args.marks or [float(m) for m in range(5, int(args.minutes) + 1, 5)] or [args.minutes]
     if any(m <= 0 or m > args.minutes for m in marks):
         sys.exit(f"error: --marks must lie in (0, --minutes {args.minutes:g}]")

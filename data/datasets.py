@@ -17,12 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-from ppoor.data import routefinder
-from ppoor.envs import VECTOR_ENVS, instance_kwargs, standard_dataset
-from ppoor.envs.instances import KOOL_SEEDS, STATIC_KEYS, check_instances
-from ppoor.envs.vrp import STATIC_KEYS as VRP_KEYS
-from ppoor.envs.vrp import check_vrp_instances
-from ppoor.search.solutions import (
+from ppoor.checkers.tours import (
     COSTS,
     EDGE_WEIGHT_TYPES,
     InvalidTourError,
@@ -31,11 +26,16 @@ from ppoor.search.solutions import (
     tour_length,
     vrp_cost,
 )
+from ppoor.data import routefinder
+from ppoor.envs import VECTOR_ENVS, instance_kwargs, standard_dataset
+from ppoor.envs.instances import KOOL_SEEDS, STATIC_KEYS, check_instances
+from ppoor.envs.vrp import STATIC_KEYS as VRP_KEYS
+from ppoor.envs.vrp import check_vrp_instances
 
 FILE_SUFFIXES = (".tsp", ".vrp", ".txt")
 STANDARD_SETS = {"kool-test": "test", "kool-val": "val", "test": "test", "val": "val"}
 FAMILY_PROBLEMS = ("mrcvrp", "pdp", "op", "pctsp", "pcvrp")
-"""The further constraint families: generated and .npz data only, scored by ``search.solutions.COSTS``."""
+"""The further constraint families: generated and .npz data only, scored by ``checkers.tours.COSTS``."""
 SHIPPED = "data/reference_lengths/"  # where the shipped reference lengths live (the package's data)
 REFERENCE_COLUMNS = ("distance", "cost", "value", "length", "optimal_length", "best_known_cost", "reference")
 
@@ -49,7 +49,7 @@ class Dataset:
     """Instances of one size. ``instances``: static arrays [B, ...] in the unit square; ``names`` [B];
     ``references`` [B] reference lengths in reported units (NaN where unknown); ``points`` (files
     only): B arrays [A, 2] of the original coordinates indexed by action, depot first for CVRP and
-    VRP; ``rounding``: how edges are reported (``search.solutions.ROUNDINGS``); ``reference_source``:
+    VRP; ``rounding``: how edges are reported (``checkers.tours.ROUNDINGS``); ``reference_source``:
     where the references came from (a file, the shipped lengths), when ``load_data`` attached them."""
 
     problem: str
@@ -576,7 +576,7 @@ give its reference: RouteFinder's PyVRP solutions are found on data rounded to 1
 
 def solution_references(groups: list[Dataset], path: Path) -> None:
     """References from a solution file of RouteFinder's (``actions`` [B, T] giant tours, ``costs``
-    [B], which it stores negated): every tour is re-scored by our checker (``search.solutions``) and
+    [B], which it stores negated): every tour is re-scored by our checker (``checkers.tours``) and
     its recomputed cost is the reference. A tour that overruns a bound by at most
     ``SOLUTION_TOLERANCE`` still counts (reported: they come from rounded data); one that breaks the
     problem otherwise is an error."""

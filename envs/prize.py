@@ -17,7 +17,7 @@
   length, and at the end minus the uncollected prizes; cost = length + uncollected prizes.
 
 Action 0 is the depot, action i >= 1 customer i - 1 of ``coords``. In all three, minus the summed
-reward is the cost that ``search.solutions`` recomputes and the reference solvers minimise.
+reward is the cost that ``checkers.tours`` recomputes and the reference solvers minimise.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from ppoor.models.distributed_norm import DistributedBatchNorm1d
-from ppoor.models.problems import PROBLEM_MODULES
+from ppoor.models.embeddings import PROBLEM_MODULES
 from torch import nn
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 from ppoor.models.agent import Agent
-from ppoor.models.problems import upgrade_vrp_weights
+from ppoor.models.embeddings import upgrade_vrp_weights
 
 FORMAT = "ppo-or/1"
 

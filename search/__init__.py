@@ -2,8 +2,8 @@
 sampling with temperature / top-k / top-p, multi-sampling, x8 augmentation), shared by eval.py,
 the Python API (``solver``) and ppo_or.py's periodic evaluation."""
 
+from ppoor.checkers.tours import InvalidTourError, tour_length, validate_tour
 from ppoor.search.decoding import DECODES, DecodeResult, allowed_starts, augment, decode, forced_actions, rollout
-from ppoor.search.solutions import InvalidTourError, tour_length, validate_tour
 
 __all__ = [
     "DECODES",

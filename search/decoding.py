@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from ppoor.checkers.tours import COSTS, InvalidTourError, tour_length, validate_tour
 from ppoor.envs import VECTOR_ENVS, instance_kwargs, start_count
 from ppoor.models.agent import Agent, sample
 from ppoor.models.state import StateWrapper
-from ppoor.search.solutions import COSTS, InvalidTourError, tour_length, validate_tour
 
 DECODES = ("greedy", "multi-greedy", "sampling", "multi-sampling", "beam", "multi-beam")
 MULTI_START = ("multi-greedy", "multi-sampling", "multi-beam")

@@ -19,8 +19,8 @@ import time
 from dataclasses import replace
 
 import numpy as np
-from ppoor.data.references import depot_actions, pyvrp, pyvrp_model, vrp_actions
-from ppoor.search.solutions import validate_tour
+from ppoor.checkers.tours import validate_tour
+from ppoor.solvers.references import depot_actions, pyvrp, pyvrp_model, vrp_actions
 
 EPS = 1e-9  # a move must shorten the tour by more than this
 POLISHED = ("tsp", "cvrp", "mtvrp", "mrcvrp", "pcvrp")  # the problems ``polish`` takes

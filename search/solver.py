@@ -11,7 +11,7 @@
 Data are a standard set's name (``test`` / ``val``), the path of an .npz, TSPLIB / CVRPLIB /
 Solomon file or a folder of them, a dict of arrays in the .npz layout (``data.datasets.from_arrays``),
 or for TSP the coordinates alone ([B, n, 2] or one instance [n, 2]). Every tour is validated and
-its cost recomputed by the checker (``search.solutions``), in the data's own units. Bad input
+its cost recomputed by the checker (``checkers.tours``), in the data's own units. Bad input
 raises ``DataError``, ``CheckpointError`` or ``ValueError`` (all ValueErrors) with the one-line
 message the command line prints.
 """
@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from ppoor.data.datasets import STANDARD_SETS, DataError, Dataset, check_references, load_data
-from ppoor.data.references import SOLVERS, solve_reference
 from ppoor.envs import ENV_IDS, ENV_VARIANTS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import compile_step, latest_checkpoint, load_agent
 from ppoor.search.decoding import DECODES, MULTI_START, trajectories
 from ppoor.search.decoding import decode as decode_instances
+from ppoor.solvers.references import SOLVERS, solve_reference
 from ppoor.training.runs import memory_problem
 
 IMPLAUSIBLE_GAP = 5.0  # percent below the reference on most instances: the references are for other data

@@ -3,12 +3,23 @@ random rollout that drives an env under test."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from pathlib import Path
 
 import numpy as np
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def bench_module(name: str):
+    """A bench script of bench/ loaded as a module from its file (it imports no other bench script),
+    so that a test calls its functions without putting bench/ on the import path."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def random_allowed_actions(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -3,15 +3,12 @@ alone. Used by test_distributed.py: ``python ddp_update_worker.py DATA OUT``."""
 
 import os
 import sys
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ppoor.models import Agent  # noqa: E402
-
 from ppoor import ppo_or  # noqa: E402
+from ppoor.models import Agent  # noqa: E402
+from ppoor.training.parallel import average_gradients  # noqa: E402
 
 
 def main(data_path: str, out_path: str) -> None:
@@ -32,7 +29,7 @@ def main(data_path: str, out_path: str) -> None:
     loss, _ = ppo_or.ppo_loss(agent, static, steps, batch, torch.arange(static["coords"].shape[0]), args)
     optimizer.zero_grad()
     loss.backward()
-    ppo_or.average_gradients(agent)
+    average_gradients(agent)
     torch.nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
     optimizer.step()
     if rank == 0:

@@ -4,14 +4,13 @@ gaps follow the given references, and bad input raises the command line's one-li
 import math
 
 import numpy as np
+import ppoor
 import pytest
 from checks import check_cvrp_actions, check_tsp_actions, check_vrp_actions
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from ppoor.data.datasets import DataError
 from ppoor.models import CheckpointError
-
-import ppoor
 
 
 @pytest.fixture(scope="module")

@@ -9,28 +9,29 @@ from dataclasses import fields, replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ppoor.agents.settings import check_args as rlea_check_args
-from ppoor.training.runs import MAX_SECONDS, check_numbers, fail, flag, new_run_dir
-
 from ppoor import eval as evaluator
 from ppoor import eval_rlea, ppo_or, rlea
+from ppoor.codegen.settings import check_args as rlea_check_args
+from ppoor.training import options as ppo_options
+from ppoor.training.runs import MAX_SECONDS, check_numbers, fail, flag, new_run_dir
 
 
 def ppo_or_check(args):
-    starts = ppo_or.env_size(args).starts
-    ppo_or.check_args(ppo_or.with_defaults(args, starts), starts)
+    starts = ppo_options.env_size(args).starts
+    ppo_options.check_args(ppo_options.with_defaults(args, starts), starts)
 
 
 SCRIPTS = {  # script: (its Args with the defaults a user gets, its ranges, its check)
-    "ppo_or.py": (ppo_or.Args(num_nodes=20, num_envs=64), ppo_or.LIMITS, ppo_or_check),
+    "ppo_or.py": (ppo_or.Args(num_nodes=20, num_envs=64), ppo_options.LIMITS, ppo_or_check),
     "eval.py": (evaluator.Args(checkpoint="tsp20"), evaluator.LIMITS, evaluator.check_args),
     "rlea.py": (rlea.Args(), rlea.LIMITS, lambda args: fail(rlea_check_args(args, rlea.LIMITS))),
     "eval_rlea.py": (eval_rlea.Args(), eval_rlea.LIMITS, lambda args: fail(rlea_check_args(args, eval_rlea.LIMITS))),
 }
 try:  # the railway scripts need flatland-rl (an optional extra)
     from ppoor import eval_flatland, ppo_flatland
+    from ppoor.railway import trainer as rail_trainer
 
-    SCRIPTS["ppo_flatland.py"] = (ppo_flatland.Args(), ppo_flatland.LIMITS, ppo_flatland.check_args)
+    SCRIPTS["ppo_flatland.py"] = (ppo_flatland.Args(), rail_trainer.LIMITS, rail_trainer.check_args)
     SCRIPTS["eval_flatland.py"] = (eval_flatland.Args(), eval_flatland.LIMITS, eval_flatland.check_args)
 except ImportError:
     pass

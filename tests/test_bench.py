@@ -1,15 +1,14 @@
 """The benchmarks' plumbing that needs no peer and no solver: where a run's checkpoints are found and
 how the results of marks scored by separate --evaluate processes are merged (bench/rl4co_peer.py),
-and the VRP variants' PyVRP references, shipped or solved once and cached (data.references)."""
+and the VRP variants' PyVRP references, shipped or solved once and cached (solvers.references)."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from checks import bench_module
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from rl4co_peer import latest_run, save_results  # noqa: E402
+peer = bench_module("rl4co_peer")
+latest_run, save_results = peer.latest_run, peer.save_results
 
 
 def row(trainer: str, mark: float, gap: float) -> dict:
@@ -39,7 +38,7 @@ def test_the_latest_run_or_one_line_saying_what_to_do(tmp_path):
 
 
 def test_variant_references_shipped_else_solved_once_and_cached(tmp_path):
-    from ppoor.data.references import shipped_references, variant_references
+    from ppoor.solvers.references import shipped_references, variant_references
 
     shipped = shipped_references("mtvrp", 50, "test", 3, "vrptw")
     assert shipped is not None  # PyVRP 1 s per instance at n = 50 ships with ppo-or

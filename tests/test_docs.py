@@ -21,7 +21,7 @@ import pytest
 from checks import SHARED
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.M | re.S)
 SCRIPTS = ("ppo_or.py", "eval.py", "ppo_flatland.py", "eval_flatland.py", "rlea.py", "eval_rlea.py")
 
@@ -79,33 +79,35 @@ def check_only(argv: list[str], cwd: Path, monkeypatch) -> None:
 
     if script == "ppo_or.py":
         from ppoor import ppo_or
+        from ppoor.training import options
 
         parsed, _ = ppo_or.parse_args(args)
         if parsed.resume is None:
-            starts = ppo_or.env_size(parsed).starts
-            ppo_or.check_args(ppo_or.with_defaults(parsed, starts), starts)
+            starts = options.env_size(parsed).starts
+            options.check_args(options.with_defaults(parsed, starts), starts)
     elif script == "eval.py":
-        from ppoor.models.checkpoints import latest_checkpoint
-
         from ppoor import eval as evaluator
+        from ppoor.models.checkpoints import latest_checkpoint
 
         parsed = tyro.cli(evaluator.Args, args=args)
         evaluator.check_args(parsed)
         if "RUN" not in parsed.checkpoint:
             assert latest_checkpoint(parsed.checkpoint).is_file(), parsed.checkpoint
     elif script in ("rlea.py", "eval_rlea.py"):
-        from ppoor.agents.settings import check_args
-
         from ppoor import eval_rlea, rlea
+        from ppoor.codegen.settings import check_args
 
         module = rlea if script == "rlea.py" else eval_rlea
         assert check_args(tyro.cli(module.Args, args=args), module.LIMITS) == [], script
     else:
         pytest.importorskip("flatland", reason="flatland-rl is an optional extra")
         from ppoor import eval_flatland, ppo_flatland
+        from ppoor.railway import trainer
 
-        module = ppo_flatland if script == "ppo_flatland.py" else eval_flatland
-        module.check_args(tyro.cli(module.Args, args=args))
+        if script == "ppo_flatland.py":
+            trainer.check_args(tyro.cli(ppo_flatland.Args, args=args))
+        else:
+            eval_flatland.check_args(tyro.cli(eval_flatland.Args, args=args))
 
 
 @pytest.mark.parametrize(("lang", "tags", "body"), snippets())

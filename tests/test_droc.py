@@ -1,4 +1,4 @@
-"""DRoC's problem files read as they are (agents/droc.py): plain data only, never run; mapped to our
+"""DRoC's problem files read as they are (codegen/droc.py): plain data only, never run; mapped to our
 format where the semantics are ours, refused with the reason elsewhere; DRoC's published optimum
 checked against ours. The files here are written for the tests in DRoC's layout (its repository's
 problems/*.py: literal assignments, params_dict, input, optimal), never copied from it."""
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ppoor.agents.droc import DRoCError, code_parts, droc_problem, read_droc
-from ppoor.agents.problems import load_problems
+from ppoor.codegen.benchmark import load_problems
+from ppoor.codegen.droc import DRoCError, code_parts, droc_problem, read_droc
 
 ROOT = Path(__file__).resolve().parents[1]
-pytest.importorskip("ortools", reason="the reference solver needs OR-Tools (requirements-rlea.txt)")
+pytest.importorskip("ortools", reason="the reference solver needs OR-Tools (the rlea extra)")
 
 LINE = [[abs(i - j) * 10 for j in range(5)] for i in range(5)]  # node i at 10 i on a line, depot 0
 
@@ -188,7 +188,7 @@ def test_the_importer_writes_problems_eval_rlea_reads(tmp_path):
     (folder / "OVRP.py").write_text(layout("Vehicle Routing Problem with Open Start and End locations (OVRP)",
                                            "'distance_matrix': problem, 'num_vehicle': 2", 40))  # fmt: skip
     out = tmp_path / "ours"
-    run = subprocess.run([sys.executable, "-m", "ppoor.agents.droc", str(folder), "--out", str(out), "--seconds", "0.5"],
+    run = subprocess.run([sys.executable, "-m", "ppoor.codegen.droc", str(folder), "--out", str(out), "--seconds", "0.5"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "TSP.py: droc-tsp (tsp), our reference 80 (proven optimal); DRoC's optimal 80" in run.stdout
@@ -196,7 +196,7 @@ def test_the_importer_writes_problems_eval_rlea_reads(tmp_path):
     assert "2 of 2 DRoC problems written" in run.stdout
     _, problem = load_problems(out)  # sorted by file name: droc-ovrp, droc-tsp
     assert problem["name"] == "droc-tsp" and json.loads((out / "droc-tsp.json").read_text())["reference"]["optimal"]
-    bad = subprocess.run([sys.executable, "-m", "ppoor.agents.droc", str(tmp_path / "none"), "--out", str(out)],
+    bad = subprocess.run([sys.executable, "-m", "ppoor.codegen.droc", str(tmp_path / "none"), "--out", str(out)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert bad.returncode != 0 and "is not a folder of DRoC problem files" in bad.stderr
 

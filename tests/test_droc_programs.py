@@ -10,12 +10,12 @@ import random
 from pathlib import Path
 
 import pytest
-from ppoor.agents.droc import DRoCError, droc_problem
-from ppoor.agents.executor import Executor
-from ppoor.agents.memory import Memory
-from ppoor.agents.sandbox import Sandbox
+from ppoor.codegen.droc import DRoCError, droc_problem
+from ppoor.codegen.executor import Executor
+from ppoor.codegen.memory import Memory
+from ppoor.codegen.sandbox import Sandbox
 
-pytest.importorskip("ortools", reason="the programs and the reference solver need OR-Tools (requirements-rlea.txt)")
+pytest.importorskip("ortools", reason="the programs and the reference solver need OR-Tools (the rlea extra)")
 PROGRAMS = Path(__file__).parent / "data" / "droc_programs"
 REASONS = {  # the constraint a copy leaves out -> what the checker must say of its answer
     "capacity": "exceeds the capacity",

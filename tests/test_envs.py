@@ -4,9 +4,8 @@ import pytest
 from checks import SHARED, check_cvrp_actions, check_tsp_actions, random_allowed_actions
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ppoor.envs import CVRPVectorEnv, TSPVectorEnv, cvrp_capacity, kool_dataset
-
 from ppoor import envs
+from ppoor.envs import CVRPVectorEnv, TSPVectorEnv, cvrp_capacity, kool_dataset
 
 
 def make_vec(problem, m, n, traj):
@@ -123,7 +122,7 @@ def test_kool_test_set_first_instance():
 
 
 def test_kool_references_reproduced_by_lkh():
-    elkai = pytest.importorskip("elkai", reason="elkai (LKH) is an optional extra: pip install -r requirements-dev.txt")
+    elkai = pytest.importorskip("elkai", reason="elkai (LKH) is an optional extra: pip install -e '.[solvers]'")
     path = SHARED / "references" / "tsp50_test_seed1234_lkh.npy"
     if not path.exists():
         pytest.skip(f"{path} is absent (the shared folder is not beside this clone)")
@@ -202,15 +201,16 @@ def test_bad_constructor_arguments_raise():
 
 @pytest.mark.parametrize("env_id", sorted(envs.ENV_IDS))
 def test_the_trainers_sizes_are_the_envs_own(env_id):
-    """Issue 33: ppo_or.py took the start count without the variant and computed its own steps
+    """ppo_or.py took the start count without the variant and computed its own steps
     bound and action count, wrong for several depots (mdvrp-v0 at n = 20: 20 starts for the env's
     22, 40 steps for episodes of 81, 21 actions for 23). Every size now comes from the env: here
     checked against random episodes of the registered env with the trainer's own arguments."""
     from ppoor import ppo_or
+    from ppoor.training import options
 
     n = 20
     args = ppo_or.Args(env_id=env_id, num_nodes=n, num_envs=64)
-    sizes = ppo_or.env_size(args)
+    sizes = options.env_size(args)
     env = gym.make_vec(env_id, num_envs=4, vectorization_mode="vector_entry_point", num_nodes=n, n_traj=2)
     obs, _ = env.reset(seed=0)
     assert sizes.actions == obs["action_mask"].shape[-1] and sizes.starts == len(env.start_actions)
@@ -220,9 +220,9 @@ def test_the_trainers_sizes_are_the_envs_own(env_id):
         obs, *_ = env.step(random_allowed_actions(obs["action_mask"], rng))
         steps += 1
     assert steps <= sizes.max_episode_steps
-    full = ppo_or.with_defaults(args, sizes.starts)
+    full = options.with_defaults(args, sizes.starts)
     assert full.n_traj == sizes.starts  # one trajectory per start by default, and that many are accepted
-    ppo_or.check_args(full, sizes.starts)
+    options.check_args(full, sizes.starts)
 
 
 @pytest.mark.parametrize("env_id", sorted(envs.ENV_IDS))

@@ -127,7 +127,7 @@ def test_validation_references_are_computed_once_and_cached(tmp_path):
     ships (TSP10); at a shipped size (TSP20) the shipped lengths, nothing computed, equal to the
     shared LKH lengths of the test set (LKH is optimal there)."""
     pytest.importorskip("elkai", reason="elkai is an optional extra")
-    from ppoor.data.references import kool_references, reference_lengths
+    from ppoor.solvers.references import kool_references, reference_lengths
 
     lengths = kool_references("tsp", 10, "test", 20, str(tmp_path))
     cached = tmp_path / "tsp10_test_seed1234_first20_lkh.npy"

@@ -22,11 +22,11 @@ from checks import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ppoor.checkers.tours import COSTS, InvalidTourError
 from ppoor.envs import ENV_IDS, FAMILY_ENVS, VECTOR_ENVS, standard_dataset
 from ppoor.models import Agent
 from ppoor.models.checkpoints import save_checkpoint
 from ppoor.search import decode
-from ppoor.search.solutions import COSTS, InvalidTourError
 
 FAMILY_IDS = list(FAMILY_ENVS)
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints" / "families"
@@ -197,7 +197,7 @@ def test_multi_greedy_is_no_worse_than_greedy(family_agents):
 ])  # fmt: skip
 def test_reference_tours_pass_the_checker_and_beat_random_ones(problem, variant, solver):
     pytest.importorskip({"pyvrp": "pyvrp", "ortools": "ortools"}[solver])
-    from ppoor.data.references import FAMILY_SOLVERS
+    from ppoor.solvers.references import FAMILY_SOLVERS
 
     data = standard_dataset(problem, 8, "test", 3, variant)
     env = VECTOR_ENVS[problem](num_envs=3, num_nodes=8, n_traj=16, **({"variant": variant} if variant else {}))

@@ -10,13 +10,12 @@ import vrplib
 from checks import SHARED, check_cvrp_actions, check_tsp_actions, path_length
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ppoor.data.datasets import load_data
-from ppoor.data.references import kool_references
-from ppoor.models.checkpoints import shipped_checkpoint, shipped_names
-from ppoor.plotting.routes import route_paths
-from ppoor.search.solutions import distance_matrix, edge_lengths, tour_length
-
 from ppoor import eval as evaluator
+from ppoor.checkers.tours import distance_matrix, edge_lengths, tour_length
+from ppoor.data.datasets import load_data
+from ppoor.data.plot_routes import route_paths
+from ppoor.models.checkpoints import shipped_checkpoint, shipped_names
+from ppoor.solvers.references import kool_references
 
 ULYSSES16 = [  # TSPLIB's ulysses16 (GEO), optimum 6859 with the tour below
     (38.24, 20.42), (39.57, 26.15), (40.56, 25.32), (36.26, 23.12), (33.48, 10.54), (37.56, 12.19),
@@ -94,7 +93,7 @@ def test_every_tsplib_coordinate_type_is_evaluated_in_its_own_units(tmp_path):
 
 
 def test_a_file_named_in_upper_case_is_read(tmp_path):
-    """Issue 33: `--data ATT12.TSP` was refused ("expected an .npz, .tsp, ..."): extensions are
+    """`--data ATT12.TSP` was refused ("expected an .npz, .tsp, ..."): extensions are
     case-insensitive, for a file and in a folder."""
     planar = np.random.default_rng(3).integers(0, 1000, (12, 2))
     tsplib(tmp_path / "ATT12.TSP", planar, "ATT")
@@ -201,7 +200,7 @@ def test_shipped_checkpoints_and_references_are_found_by_name():
 def test_the_shipped_references_are_what_the_solvers_give():
     """The first shipped lengths recomputed: LKH on TSP20 (optimal at this size, so exactly), PyVRP
     on CVRP20 (0.5 s each, as shipped; within 2%: a time-limited search depends on the machine)."""
-    from ppoor.data.references import reference_lengths, shipped_references
+    from ppoor.solvers.references import reference_lengths, shipped_references
 
     pytest.importorskip("elkai", reason="elkai is an optional extra")
     np.testing.assert_allclose(
@@ -219,7 +218,7 @@ def test_the_shipped_kool_test_references_are_what_the_solvers_give():
     The first ones recomputed: LKH on TSP20 exactly (optimal at this size), TSP50 within 0.5% (LKH's
     runs are seeded, but its 10 restarts rarely differ), PyVRP within 2%; and where ../shared has the
     team's LKH lengths of the same instances, ours agree with them on average."""
-    from ppoor.data.references import reference_lengths, shipped_references
+    from ppoor.solvers.references import reference_lengths, shipped_references
 
     for n in (20, 50, 100):
         tsp, cvrp = shipped_references("tsp", n, "test", 1000), shipped_references("cvrp", n, "test", 200)
@@ -248,8 +247,8 @@ def test_the_shipped_vrp_references_cover_every_variant_and_are_pyvrps():
     instances) and 100 (32), the 32 multi-depot / mixed-backhaul ones at 50 (32); the first two of three
     variants recomputed (PyVRP 1 s each, as shipped; within 2%: a time-limited search depends on the
     machine)."""
-    from ppoor.data.references import reference_lengths, shipped_references
     from ppoor.envs.vrp import CLASSIC, VARIANTS
+    from ppoor.solvers.references import reference_lengths, shipped_references
 
     for variant in VARIANTS:
         for n, count in ((50, 100 if variant in CLASSIC else 32), *(((100, 32),) if variant in CLASSIC else ())):
@@ -267,7 +266,7 @@ def test_the_shipped_vrp_references_cover_every_variant_and_are_pyvrps():
 
 
 def test_eval_gives_gaps_on_the_standard_sets_from_the_shipped_references(tmp_path, capsys):
-    from ppoor.data.references import shipped_references
+    from ppoor.solvers.references import shipped_references
 
     result = run(tmp_path, "--checkpoint", "mtvrp20", "--variant", "vrptw", "--num-nodes", "50", "--num-instances", "2")
     assert result["references"] == shipped_references("mtvrp", 50, "test", 2, "vrptw").tolist()

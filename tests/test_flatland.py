@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("flatland", reason="flatland-rl is an optional extra: pip install -r requirements-flatland.txt")
+pytest.importorskip("flatland", reason="flatland-rl is an optional extra: pip install -e '.[flatland]'")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "checkpoints" / "flatland" / "flatland35.pt"
@@ -87,7 +87,7 @@ def test_export_kept_writes_the_best_validated_policy_of_a_stopped_state(tiny_ru
     none fails in one line."""
     import torch
     from ppoor.models.checkpoints import save_checkpoint
-    from ppoor.models.rail import load_rail_policy
+    from ppoor.railway.policy import load_rail_policy
 
     last = sorted((tiny_run / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1]
     state = torch.load(last, weights_only=True)
@@ -135,7 +135,7 @@ def test_eval_plays_only_the_rules_asked_for_with_the_chosen_threshold(tiny_run,
 
 
 def test_a_segment_veto_run_trains_and_evaluates_beside_the_layer_alone(tmp_path):
-    """--veto segment (issue 34's second track): a residual policy trains under the weaker veto, its
+    """--veto segment: a residual policy trains under the weaker veto, its
     checkpoint says so, and eval_flatland.py plays it with that veto beside the layer alone (the
     reservation check), both on the same map."""
     import torch
@@ -226,11 +226,10 @@ def test_a_short_training_run_raises_the_arrival_rate(tmp_path, monkeypatch):
     without imitation: the policy alone learns) on 25x25 maps with 2 trains: the greedy policy's
     arrival rate on 20 fixed validation maps rises above the untrained policy's (0.0 -> 0.225 here)."""
     import torch
-    from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots
-    from ppoor.models.rail import RailPolicy, load_rail_policy
-    from ppoor.training import railway
-
     from ppoor import ppo_flatland
+    from ppoor.railway import trainer as railway
+    from ppoor.railway.policy import RailPolicy, load_rail_policy
+    from ppoor.railway.tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots
 
     monkeypatch.chdir(tmp_path)
     args = ppo_flatland.Args(
@@ -265,7 +264,7 @@ def test_the_shipped_checkpoint_reproduces_its_figures(tmp_path):
 
 
 def test_the_shipped_residual_checkpoint_plays_the_layers_rule(tmp_path):
-    """checkpoints/flatland/flatland50.pt (docs/railway.md, issue 24's table): its kept policy is the
+    """checkpoints/flatland/flatland50.pt (docs/railway.md, the table): its kept policy is the
     untrained residual one, so with the release heuristic it scores exactly what the layer alone does
     with the same release (first 4 maps of 35x35 with 10 trains: 39 of 40 trains, 0.975); its learned
     release lands 39 too there."""
@@ -289,9 +288,9 @@ def test_a_run_validated_with_sampled_actions_keeps_and_releases_by_them(tmp_pat
     twice) instead of taking the most likely ones (on these maps the two differ), the run says so at
     the end and in its checkpoint, and eval_flatland.py plays its learned release with sampled actions."""
     import torch
-    from ppoor.models.rail import load_rail_policy
     from ppoor.ppo_flatland import Args
-    from ppoor.training.railway import evaluate
+    from ppoor.railway.policy import load_rail_policy
+    from ppoor.railway.trainer import evaluate
 
     result = run(
         "ppo_flatland.py", "--no-safety", "--eval-sample", "--num-envs", "2", "--total-timesteps", "40",

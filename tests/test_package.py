@@ -51,8 +51,8 @@ def test_the_wheel_holds_one_import_package(installed):
     assert names == {"ppoor", wheel.name.split("-py3")[0] + ".dist-info"}
     files = set(zipfile.ZipFile(wheel).namelist())
     for shipped in ("ppoor/checkpoints/tsp20.pt", "ppoor/checkpoints/mtvrp20.pt", "ppoor/ppo_or.py",
-                    "ppoor/data/reference_lengths/tsp20_val_seed4321_lkh.npy", "ppoor/agents/prompts.toml",
-                    "ppoor/data/rlea_problems/vrp-c-tw.json", "ppoor/data/rlea_corpus/notes.md", "ppoor/rlea.py",
+                    "ppoor/data/reference_lengths/tsp20_val_seed4321_lkh.npy", "ppoor/codegen/prompts.toml",
+                    "ppoor/codegen/problems/vrp-c-tw.json", "ppoor/codegen/corpus/notes.md", "ppoor/rlea.py",
                     "ppoor/checkpoints/rlea/smollm2/planner.pt", "ppoor/checkpoints/rlea/smollm2/memory.json",
                     "ppoor/__init__.py", "ppoor/search/solver.py"):  # fmt: skip
         assert shipped in files
@@ -84,8 +84,8 @@ def test_the_console_commands_run_from_outside_the_checkout(installed, tmp_path)
 
 def test_the_rlea_benchmark_loads_installed(installed, tmp_path):
     target, _ = installed
-    probe = ("from ppoor.agents.problems import load_problems, shipped_problems; from ppoor.agents.executor import "
-             "load_prompts; from ppoor.agents.rag import NOTES; print(len(load_problems(shipped_problems())), "
+    probe = ("from ppoor.codegen.benchmark import load_problems, shipped_problems; from ppoor.codegen.executor import "
+             "load_prompts; from ppoor.codegen.rag import NOTES; print(len(load_problems(shipped_problems())), "
              "len(load_prompts()), NOTES.is_file(), shipped_problems())")
     result = outside(installed, tmp_path, sys.executable, "-c", probe)
     assert result.returncode == 0, result.stderr

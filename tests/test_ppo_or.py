@@ -1,6 +1,8 @@
+import dataclasses
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from hypothesis import strategies as st
 from ppoor.envs import ENV_IDS, kool_dataset, standard_dataset
 from ppoor.models import Agent, compiler_problem, load_agent, read_checkpoint
 from ppoor.search import decode
+from ppoor.training import routing
 from ppoor.training.routing import stack_states
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -267,13 +270,12 @@ def test_short_rollouts_continue_episodes(tmp_path):
 
 
 def test_first_nodes_are_distinct_starts():
-    from ppoor import ppo_or
 
     starts = torch.arange(1, 8)  # CVRP7: customers 1..7
-    every = ppo_or.first_nodes(starts, 3, 7)
+    every = routing.first_nodes(starts, 3, 7)
     assert every.tolist() == [list(range(1, 8))] * 3
     torch.manual_seed(0)
-    subsets = ppo_or.first_nodes(starts, 200, 3)
+    subsets = routing.first_nodes(starts, 200, 3)
     assert subsets.shape == (200, 3)
     for row in subsets.tolist():
         assert len(set(row)) == 3 and set(row) <= set(range(1, 8))
@@ -283,12 +285,11 @@ def test_first_nodes_are_distinct_starts():
 
 def test_shared_advantages_against_instance_means():
     """Return of each trajectory minus the mean over the N trajectories of all K copies of its instance."""
-    from ppoor import ppo_or
 
     gen = torch.Generator().manual_seed(0)
     copies, drawn, n_traj = 2, 3, 4
     returns = -torch.rand(copies * drawn, n_traj, generator=gen)
-    got = ppo_or.shared_advantages(returns, copies)
+    got = routing.shared_advantages(returns, copies)
     assert got.shape == returns.shape
     values = returns.tolist()
     for m in range(copies * drawn):
@@ -301,10 +302,9 @@ def test_training_the_start_choice_moves_it_to_the_best_start():
     """With --multi-start, the forced first step enters the policy loss weighted by S x its old
     probability; 60 updates on fixed data where start 3 has the best return make it the greedy
     first node, and without --train-start the first-node policy does not move at all."""
+    from ppoor import ppo_or
     from ppoor.envs import TSPVectorEnv
     from ppoor.models import StateWrapper
-
-    from ppoor import ppo_or
 
     torch.manual_seed(0)
     env = TSPVectorEnv(num_envs=4, num_nodes=6, n_traj=6)
@@ -322,7 +322,7 @@ def test_training_the_start_choice_moves_it_to_the_best_start():
         agent = Agent("tsp")
         optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
         args = ppo_or.Args(num_envs=4, n_traj=6, num_nodes=6, train_start=train_start)
-        actions = ppo_or.first_nodes(torch.arange(6), 4, 6)
+        actions = routing.first_nodes(torch.arange(6), 4, 6)
         with torch.no_grad():
             _, logprob, _, _ = agent.get_action_and_value(state, actions, with_value=False)
         returns = torch.full((4, 6), -1.0)
@@ -370,10 +370,9 @@ def test_start_loss_is_the_gradient_of_the_expected_advantage():
     """At the old policy (ratio 1) the weighted loss of the forced first step has the gradient of
     -(S / live steps) x sum over instances and starts of pi(start) x advantage(start): the exact
     expectation over the first-node policy, not the sampled-action estimate."""
+    from ppoor import ppo_or
     from ppoor.envs import CVRPVectorEnv
     from ppoor.models import StateWrapper
-
-    from ppoor import ppo_or
 
     env = CVRPVectorEnv(num_envs=3, num_nodes=5, n_traj=5)
     obs, _ = env.reset(seed=1)
@@ -383,7 +382,7 @@ def test_start_loss_is_the_gradient_of_the_expected_advantage():
     torch.manual_seed(0)
     agent = Agent("cvrp")
     args = ppo_or.Args(num_envs=3, n_traj=5, num_nodes=5, ent_coef=0.0, norm_adv=False)
-    actions = ppo_or.first_nodes(torch.arange(1, 6), 3, 5)
+    actions = routing.first_nodes(torch.arange(1, 6), 3, 5)
     with torch.no_grad():
         _, logprob, _, _ = agent.get_action_and_value(state, actions, with_value=False)
     advantages = torch.randn(1, 3, 5, generator=torch.Generator().manual_seed(2))
@@ -415,8 +414,6 @@ def rollout_batch(seed: int, num_envs: int = 6, num_nodes: int = 5, groups: list
     from ppoor.models import StateWrapper
     from ppoor.models.distributed_norm import recorded_statistics
 
-    from ppoor import ppo_or
-
     env = CVRPVectorEnv(num_envs=num_envs, num_nodes=num_nodes, n_traj=num_nodes)
     obs, _ = env.reset(seed=seed)
     wrapper = StateWrapper("cvrp")
@@ -428,7 +425,7 @@ def rollout_batch(seed: int, num_envs: int = 6, num_nodes: int = 5, groups: list
     with torch.no_grad(), recorded_statistics(agent) as norms:
         for t in range(2):
             state = wrapper.state(static, obs)
-            forced = ppo_or.first_nodes(torch.arange(1, num_nodes + 1), num_envs, num_nodes) if t == 0 else None
+            forced = routing.first_nodes(torch.arange(1, num_nodes + 1), num_envs, num_nodes) if t == 0 else None
             cache = agent.encode(static, groups)
             action, logprob, _, _ = agent.get_action_and_value(state, forced, cache=cache, with_value=False)
             obs, _, _, _, _ = env.step(action.numpy())
@@ -450,9 +447,8 @@ def rollout_batch(seed: int, num_envs: int = 6, num_nodes: int = 5, groups: list
 
 def update_data(static: dict, steps: dict, batch: dict, groups: list | None = None):
     """``rollout_batch``'s tensors as the ppo_or.Rollout that ppo_update takes."""
-    from ppoor import ppo_or
 
-    return ppo_or.Rollout(static, steps, batch, [], groups, env_steps=len(batch["actions"]))
+    return routing.Rollout(static, steps, batch, [], groups, env_steps=len(batch["actions"]))
 
 
 @settings(max_examples=8, deadline=None)
@@ -471,7 +467,7 @@ def test_chunks_accumulate_the_gradient_of_the_whole_minibatch(chunk, norm_adv, 
     for rows in (6, chunk):
         agent, static, steps, batch = rollout_batch(seed)
         args = ppo_or.Args(num_envs=6, n_traj=5, num_nodes=5, norm_adv=norm_adv, minibatch_size=6, update_epochs=1)
-        args = ppo_or.replace(args, target_kl=None, max_grad_norm=1e6)
+        args = dataclasses.replace(args, target_kl=None, max_grad_norm=1e6)
         before = [p.detach().clone() for p in agent.parameters()]
         optimizer = torch.optim.SGD(agent.parameters(), lr=1.0)
         torch.manual_seed(seed)
@@ -496,9 +492,8 @@ def test_a_minibatch_replays_the_rollouts_batch_norm(seed, rows):
     rollout's instances, re-encoded alone, scores the stored actions under another policy (a KL
     divergence before any step); with the rollout's recorded statistics it scores them exactly as
     the rollout did (ratio 1), and its gradient still reaches every parameter."""
-    from ppoor.models.distributed_norm import fixed_statistics
-
     from ppoor import ppo_or
+    from ppoor.models.distributed_norm import fixed_statistics
 
     agent, static, steps, batch = rollout_batch(seed)
     args = ppo_or.Args(num_envs=6, n_traj=5, num_nodes=5)
@@ -529,7 +524,7 @@ def test_norm_groups_start_every_minibatch_from_the_rollouts_policy(seed, size):
 
     from ppoor import ppo_or
 
-    groups = ppo_or.minibatches(6, size, torch.device("cpu"))
+    groups = routing.minibatches(6, size, torch.device("cpu"))
     agent, static, steps, batch = rollout_batch(seed, groups=groups)
     whole = agent.encode(static, groups)
     for group in groups:
@@ -567,7 +562,7 @@ def test_the_trust_region_stops_the_update_and_steers_the_learning_rate():
         taken[target] = stats["optimizer_steps"]
         assert {"policy_loss", "entropy", "approx_kl", "clipfrac"} <= set(stats)
     assert taken == {None: 9, 1e-9: 1}
-    steer = ppo_or.steer_learning_rate
+    steer = routing.steer_learning_rate
     assert steer(1.0, 0.05, 0.01) == pytest.approx(1 / 1.5)
     assert steer(0.5, 0.001, 0.01) == pytest.approx(0.75)
     assert steer(0.9, 0.001, 0.01) == 1.0
@@ -647,11 +642,17 @@ def test_a_rollout_step_copies_each_observation_once_and_syncs_once(env_id):
     """Counted by the profiler (bench/host_traffic.py) over a real rollout: per step, one copy to the
     device per dynamic observation array plus the reward, termination and live flags, one copy of
     the actions back (the step's only synchronisation), no .item() / nonzero on device tensors."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    from host_traffic import traffic_per_step
     from ppoor.models.state import DYNAMIC_KEYS
 
-    counts = traffic_per_step(env_id, num_nodes=10, num_envs=8)
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "host_traffic.py"), "--env-id", env_id,
+                             "--num-nodes", "10", "--num-envs", "8"], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    line = result.stdout
+    counts = {"steps": float(re.search(r"over (\d+) rollout steps", line).group(1))}
+    counts["host_to_device"] = float(re.search(r"([\d.]+) host-to-device copies", line).group(1))
+    counts["device_to_host"] = float(re.search(r"([\d.]+) device-to-host,", line).group(1))
+    for name in ("aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero"):
+        counts[name] = float(re.search(re.escape(name) + r" ([\d.]+)", line).group(1))
     assert counts["steps"] >= 9
     assert counts["host_to_device"] == len(DYNAMIC_KEYS[ENV_IDS[env_id]]) + 3
     assert counts["device_to_host"] == 1
@@ -691,7 +692,7 @@ def test_a_step_fraction_trains_on_a_subset_of_the_stored_steps(norm_adv, seed):
             steps = {key: value[keep] for key, value in steps.items()}
             batch = {key: value[keep] for key, value in batch.items()}
         args = ppo_or.Args(num_envs=6, n_traj=5, num_nodes=5, norm_adv=norm_adv, minibatch_size=6, update_epochs=1)
-        args = ppo_or.replace(args, target_kl=None, max_grad_norm=1e6, step_fraction=fraction)
+        args = dataclasses.replace(args, target_kl=None, max_grad_norm=1e6, step_fraction=fraction)
         before = [p.detach().clone() for p in agent.parameters()]
         torch.manual_seed(draw)
         data = update_data(static, steps, batch)

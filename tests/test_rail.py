@@ -1,13 +1,13 @@
-"""The Flatland wrapper (envs/rail.py) against the simulator: forced moves, deadlocks, rewards."""
+"""The Flatland wrapper (railway/env.py) against the simulator: forced moves, deadlocks, rewards."""
 
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("flatland", reason="flatland-rl is an optional extra: pip install -r requirements-flatland.txt")
+pytest.importorskip("flatland", reason="flatland-rl is an optional extra: pip install -e '.[flatland]'")
 from flatland.envs.step_utils.states import TrainState  # noqa: E402
-from ppoor.envs.rail import (  # noqa: E402
+from ppoor.railway.env import (  # noqa: E402
     ARRIVAL_REWARD,
     DEADLOCK_PENALTY,
     DISTANCE_REWARD,
@@ -16,8 +16,8 @@ from ppoor.envs.rail import (  # noqa: E402
     deadlocked_trains,
     rail_env,
 )
-from ppoor.envs.rail_safety import PathBook, safe_actions  # noqa: E402
-from ppoor.envs.rail_track import occupancy  # noqa: E402
+from ppoor.railway.safety import PathBook, safe_actions  # noqa: E402
+from ppoor.railway.track import occupancy  # noqa: E402
 
 STEPS = ((-1, 0), (0, 1), (1, 0), (0, -1))  # north, east, south, west: written here, not imported
 
@@ -206,7 +206,7 @@ def test_impossible_maps_fail_with_one_line(kwargs, message):
 
 def observed(env, trains, ids=None, depth=2, veto="path"):
     """observe() of a RailDecisionEnv-like holder around a raw simulator with trains placed by hand."""
-    from ppoor.envs.rail_tree import observe
+    from ppoor.railway.tree import observe
 
     holder = RailDecisionEnv.__new__(RailDecisionEnv)
     holder.env, holder.trains, holder.width, holder.height = env, len(env.agents), env.width, env.height
@@ -234,7 +234,7 @@ def walk_length(env, cell, heading):
 
 
 def test_observation_shapes_and_segment_features(track):
-    from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES
+    from ppoor.railway.tree import EDGE_FEATURES, GLOBAL_FEATURES
 
     env, (c0, c1, c2), d = track
     obs, _ = observed(env, {0: (c0, d), 1: (c2, d)})
@@ -253,7 +253,7 @@ def test_observation_shapes_and_segment_features(track):
 
 
 def test_oncoming_train_and_who_yields(track):
-    from ppoor.envs.rail_tree import EDGE_FEATURES
+    from ppoor.railway.tree import EDGE_FEATURES
 
     env, (c0, _, c2), d = track
     column = EDGE_FEATURES.index
@@ -301,7 +301,7 @@ def test_the_safety_layer_forbids_the_branch_with_a_train_coming_head_on():
     switch: that branch is masked, stop is allowed only if the other branch is masked too (train 1,
     before the switch, may only stop); with train 0 alone, the branch is masked only if its path
     cannot reach the target."""
-    from ppoor.envs.rail import LEFT, RIGHT, STOP
+    from ppoor.railway.env import LEFT, RIGHT, STOP
 
     env = rail_env(25, 25, 5, seed=0)
     switch, heading, blocked, _, cell = facing_switch_with_a_track_behind(env)
@@ -362,7 +362,7 @@ def test_within_the_safety_layer_random_decisions_never_meet_head_on(seed, stop_
     lets trains wait, as the segment veto always does; a move may be turned into a stop, never the
     other way), and after every step no two trains face each other on a plain track (the test's own
     walk); without the safety layer the same decisions do meet head-on on some maps."""
-    from ppoor.envs.rail import STOP
+    from ppoor.railway.env import STOP
 
     env = RailDecisionEnv(25, 25, 5, safety=True, wait=wait, veto=veto)
     assert env.wait == (wait or veto == "segment")
@@ -401,11 +401,11 @@ def test_an_untrained_residual_policy_plays_the_safety_layers_rule(seed, wait, v
     it reaches the target, else stop), under either veto (under the segment veto the policy's own mask
     allows more); with ``prior_weight`` 0 the same weights do not."""
     import torch
-    from ppoor.envs.rail import LEFT, RIGHT, STOP
-    from ppoor.envs.rail_track import branches, next_cell
-    from ppoor.envs.rail_tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
-    from ppoor.models.rail import RailPolicy
-    from ppoor.search.rail import policy_rule
+    from ppoor.railway.env import LEFT, RIGHT, STOP
+    from ppoor.railway.play import policy_rule
+    from ppoor.railway.policy import RailPolicy
+    from ppoor.railway.track import branches, next_cell
+    from ppoor.railway.tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots, observe
 
     torch.manual_seed(seed)
     residual = RailPolicy(edge_slots(2), len(EDGE_FEATURES), len(GLOBAL_FEATURES), prior_weight=3.0).eval()
@@ -441,7 +441,7 @@ def test_the_segment_veto_allows_moves_the_reservation_check_forbids():
     that it forbids (trains may break a knot of reservations); it still forbids a branch with a train
     coming head-on on its first cell (the hand-placed case of the test above). The reservation mask, kept
 for the decision in progress, equals a fresh check of the state at every decision."""
-    from ppoor.envs.rail import LEFT, RIGHT
+    from ppoor.railway.env import LEFT, RIGHT
 
     weaker = 0
     for seed in range(3):
@@ -468,10 +468,10 @@ for the decision in progress, equals a fresh check of the state at every decisio
 @given(seed=st.integers(0, 10_000))
 @settings(max_examples=4, deadline=None)
 def test_play_counts_the_decisions_that_leave_the_layers_rule(seed):
-    """search.rail.play's changed_* counts equal the test's own tally of a random rule's decisions against
+    """railway.play.play's changed_* counts equal the test's own tally of a random rule's decisions against
     the observation's prior (moves where it stops, stops where it moves, the other branch)."""
-    from ppoor.envs.rail import STOP
-    from ppoor.search.rail import play, random_rule
+    from ppoor.railway.env import STOP
+    from ppoor.railway.play import play, random_rule
 
     tally = {"changed_to_move": 0, "changed_to_stop": 0, "changed_branch": 0}
     choose = random_rule(np.random.default_rng(seed))
@@ -498,7 +498,7 @@ def test_the_layers_rule_under_the_segment_veto_plays_the_layer_exactly(seed):
     """The reservation rule (the prior) played under the segment veto moves every train as the layer
     alone does (35x35, 12 trains): the layer's own moves keep its check, so a residual policy starts
     from the layer itself, not from a weaker one."""
-    from ppoor.search.rail import play, shortest_path_rule
+    from ppoor.railway.play import play, shortest_path_rule
 
     runs = []
     for veto in ("path", "segment"):
@@ -517,8 +517,8 @@ def test_a_sampling_policy_rule_draws_from_the_policys_distribution(logits, mask
     train's action frequencies match the softmax of its logits (within 5 standard errors), an action
     whose logit is -inf (masked) is never drawn, and the same generator seed gives the same draws."""
     import torch
-    from ppoor.models.rail import POLICY_INPUTS
-    from ppoor.search.rail import policy_rule
+    from ppoor.railway.play import policy_rule
+    from ppoor.railway.policy import POLICY_INPUTS
 
     table = torch.tensor(logits, dtype=torch.float32)
     if masked:

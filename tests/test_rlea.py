@@ -18,20 +18,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ppoor.agents.episodes import rollout, summarize
-from ppoor.agents.executor import REWARD_INVALID, REWARD_RUNTIME_ERROR, Executor, feedback_of, reward
-from ppoor.agents.llm import HashingEmbedder, ReplayChat, extract_code
-from ppoor.agents.memory import Memory, parse_lessons
-from ppoor.agents.planner import (
-    ReplayBuffer,
-    SoftQNetwork,
-    alpha_at,
-    boltzmann,
-    soft_q_update,
-    soft_target,
-    soft_value,
-)
-from ppoor.agents.problems import (
+from ppoor.checkers.programs import check_answer
+from ppoor.codegen.benchmark import (
     FAMILIES,
     FAMILY_KEYS,
     VARIANTS,
@@ -41,10 +29,22 @@ from ppoor.agents.problems import (
     relax,
     shipped_problems,
 )
-from ppoor.agents.rag import Retriever, tokens
-from ppoor.agents.reference import FIRST_SOLUTIONS, held_karp, ortools_routes, solve_routing
-from ppoor.agents.sandbox import Sandbox
-from ppoor.agents.verify import check_answer
+from ppoor.codegen.episodes import rollout, summarize
+from ppoor.codegen.executor import REWARD_INVALID, REWARD_RUNTIME_ERROR, Executor, feedback_of, reward
+from ppoor.codegen.llm import HashingEmbedder, ReplayChat, extract_code
+from ppoor.codegen.memory import Memory, parse_lessons
+from ppoor.codegen.planner import (
+    ReplayBuffer,
+    SoftQNetwork,
+    alpha_at,
+    boltzmann,
+    soft_q_update,
+    soft_target,
+    soft_value,
+)
+from ppoor.codegen.rag import Retriever, tokens
+from ppoor.codegen.sandbox import Sandbox
+from ppoor.solvers.rlea_references import FIRST_SOLUTIONS, held_karp, ortools_routes, solve_routing
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLIES = json.loads((ROOT / "tests" / "data" / "rlea_replies.json").read_text())
@@ -80,7 +80,7 @@ def test_every_reference_passes_the_checker(name):
 @settings(max_examples=10, deadline=None)
 @given(st.sampled_from(sorted(PROBLEMS)), st.sampled_from([*((s, False) for s in FIRST_SOLUTIONS), ("SAVINGS", True)]))
 def test_every_fallback_of_the_reference_solver_gives_valid_routes(name, strategy):
-    """Issue 32: where the first strategy finds nothing the reference solver tries the others, then
+    """where the first strategy finds nothing the reference solver tries the others, then
     every visit optional at a prohibitive penalty; each of them alone gives routes the checker
     accepts (or none), never a solution that leaves a customer out of a problem without prizes."""
     problem = PROBLEMS[name]
@@ -164,7 +164,7 @@ def test_a_valid_answer_passes_and_the_objective_is_recomputed():
         (["capacity", "pickup_delivery"], {"demand": [0, 2, -2, 3, -3], "capacity": 5, "pickup_delivery_pairs": [[1, 2], [3, 4]]},
          [[0, 1, 4, 0], [0, 3, 2, 0]], "not on the same route"),
         (["pickup_delivery"], {"pickup_delivery_pairs": [[1, 2], [3, 4]]}, [[0, 2, 1, 0], [0, 4, 3, 0]],
-         "comes before its pickup"),  # precedence without a capacity (issue 32: judged correct before)
+         "comes before its pickup"),  # precedence without a capacity
         (["capacity", "pickup_delivery"], {"demand": [0, 4, -4, 3, -3], "capacity": 5, "pickup_delivery_pairs": [[1, 2], [3, 4]]},
          [[0, 1, 3, 2, 4, 0], []], "outside 0..5"),
         ([], {}, [[0, 1, 2, 0], [0, 3, 0]], "never visited"),
@@ -194,7 +194,7 @@ def test_a_depot_dropped_from_depots_is_named(tmp_path):
 
 
 def test_per_vehicle_capacities_and_no_demand_at_a_depot(tmp_path):
-    """Issue 32: capacities may differ per vehicle (checker, reference, description); a depot's
+    """capacities may differ per vehicle (checker, reference, description); a depot's
     demand is refused at load time, never silently ignored."""
     inst = line(5, demand=[0, 3, 3, 3, 3], capacity=[9, 3])
     assert check_answer(inst, ["capacity"], [[0, 1, 2, 3, 0], [0, 4, 0]], 14).valid
@@ -257,7 +257,7 @@ def problem_on(instance, families, reference, optimal=False, name="line-problem"
 
 
 def test_success_is_one_sided_and_a_beaten_optimum_raises_the_alarm():
-    """Issue 32: an answer 26% below a reference that is not optimal failed as '26.1% above'."""
+    """an answer 26% below a reference that is not optimal failed as '26.1% above'."""
     inst = line()
     verdict = violations(inst, [], [[0, 1, 2, 0], [0, 4, 3, 0]])  # objective 12
     for reference, success, word in ((12 / 0.74, True, "below"), (12 / 1.049, True, None), (12 / 1.051, False, "above"),
@@ -286,7 +286,7 @@ def solve(instance):
 
 
 def test_without_a_probe_a_renumbered_copy_catches_a_hard_coded_answer(sandbox):
-    """Issue 32: the probe is optional; without one the program is also judged on the instance with
+    """the probe is optional; without one the program is also judged on the instance with
     its customers renumbered, where an answer written for the original numbers fails."""
     problem = problem_on(line(), [], 8.0 * 1.3)  # a reference 30% above the optimum 8: both answers 'beat' it
     problem["reference"]["routes"] = [[0, 1, 2, 3, 4, 0], []]
@@ -312,7 +312,7 @@ def test_a_renumbered_instance_keeps_the_reference(name, seed):
 @settings(max_examples=30, deadline=None)
 @given(st.sampled_from(sorted(PROBLEMS)), st.data())
 def test_a_missing_or_mistyped_family_key_fails_at_load_time(tmp_path_factory, name, data):
-    """Issue 32: a service-time problem without max_route_duration loaded, then failed at judging
+    """a service-time problem without max_route_duration loaded, then failed at judging
     with KeyError; each family's keys are checked when the file is read, one line naming file and key."""
     problem = json.loads(json.dumps(PROBLEMS[name]))
     keys = [k for f in problem["families"] for k in FAMILY_KEYS.get(f, {})]
@@ -592,7 +592,7 @@ def test_a_program_of_ones_own_is_judged_without_an_llm(tmp_path):
 
 
 def test_a_folder_of_ones_own_is_evaluated_whole_unless_split_is_given(tmp_path):
-    """Issue 32: --problems DIR kept only the default --split test, dropping a user's train problems
+    """--problems DIR kept only the default --split test, dropping a user's train problems
     without a word."""
     folder = folder_of(tmp_path, problem_on(line(), [], 8.0, name="mine-a"),
                        {**problem_on(line(), [], 8.0, name="mine-b"), "split": "train"})
@@ -604,7 +604,7 @@ def test_a_folder_of_ones_own_is_evaluated_whole_unless_split_is_given(tmp_path)
     assert "--split test: 1 of the 2 problems" in split.stdout and "1 problems x 1 methods" in split.stdout, split.stdout
 
 
-@pytest.mark.skipif(not HAS_LOCAL_MODEL, reason="the local model (requirements-rlea.txt) is not installed")
+@pytest.mark.skipif(not HAS_LOCAL_MODEL, reason="the local model (the rlea extra) is not installed")
 def test_a_real_run_with_the_local_model_trains_checkpoints_and_resumes(tmp_path):
     """rlea.py with SmolLM2-135M on one problem: two short episodes, a checkpoint, a resume, and
     eval_rlea.py with the trained planner; the curves and the JSON are written."""
@@ -714,7 +714,7 @@ def test_the_openai_backend_speaks_the_chat_completions_protocol():
     """OpenAIChat against a minimal local HTTP endpoint that answers /v1/chat/completions as the
     protocol says (a stand-in for vLLM / Ollama / a hosted API, on loopback): the model name, the
     messages and the key arrive; the reply text and token counts come back."""
-    from ppoor.agents.llm import OpenAIChat
+    from ppoor.codegen.llm import OpenAIChat
 
     seen = {}
     with chat_endpoint(REPLIES["capacity"], (11, 7), seen) as url:

@@ -1,4 +1,4 @@
-"""The problem format's settings (issue 32): the objective in time (driving plus service), a depot
+"""The problem format's settings: the objective in time (driving plus service), a depot
 window that bounds the departure only, and a duration limit measured from a departure free within
 the depot's window. The checker is compared with a brute force over every departure time, and the
 reference solver with the checker's optimum over every solution of tiny instances."""
@@ -9,8 +9,8 @@ import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ppoor.agents.problems import describe, instance_error, solve_reference
-from ppoor.agents.verify import check_answer
+from ppoor.checkers.programs import check_answer
+from ppoor.codegen.benchmark import describe, instance_error, solve_reference
 
 
 def tiny_instance(draw, customers: int, vehicles: int) -> tuple[list[str], dict]:
@@ -94,7 +94,7 @@ def every_solution(customers: int, vehicles: int):
 @settings(max_examples=12, deadline=None)
 @given(st.data())
 def test_the_reference_solver_finds_the_checkers_optimum_on_tiny_instances(data):
-    """OR-Tools (agents/reference.py) and the checker (agents/verify.py) are written apart: on
+    """OR-Tools (solvers/rlea_references.py) and the checker (checkers/programs.py) are written apart: on
     instances of 4 customers and 2 vehicles the reference's objective equals the best the checker
     accepts over every solution, with each setting drawn at random."""
     families, instance = tiny_instance(data.draw, 4, 2)
@@ -185,11 +185,11 @@ def test_the_docks_agree_with_counting_every_minute(starts, docks, load, unload)
 @settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_cp_sat_proves_the_checkers_optimum_on_tiny_instances(data):
-    """agents/proof.py, a CP-SAT model written apart from the checker: on instances of 4 customers
+    """codegen/proof.py, a CP-SAT model written apart from the checker: on instances of 4 customers
     and 2 vehicles, with windows, service and the settings drawn, and capacity, a route limit,
     prizes or pickup and delivery added at random, it proves the optimum the checker finds over every
     solution (or proves that none exists), and its routes pass the checker at that cost."""
-    from ppoor.agents.proof import prove
+    from ppoor.codegen.proof import prove
 
     families, instance = tiny_instance(data.draw, 4, 2)
     extra = data.draw(st.sampled_from(["", "capacity", "distance_limit", "prize", "pickup_delivery"]))
@@ -225,7 +225,7 @@ def test_cp_sat_reports_an_integer_objective_with_prizes():
     """The example hypothesis found: windows [0, 0] everywhere leave only node 2 (at the depot's
     place) servable; leaving nodes 1, 3, 4 costs their prizes 0 + 0 + 1. CP-SAT said
     0.9999999999999998 (a double, the prizes' constant term), and the proof compared it with 1."""
-    from ppoor.agents.proof import prove
+    from ppoor.codegen.proof import prove
 
     d = [[abs(a[0] - b[0]) + abs(a[1] - b[1]) for b in POINTS] for a in POINTS]
     instance = {"distance": d, "depots": [0], "num_vehicles": 2, "vehicle_depots": [0, 0],

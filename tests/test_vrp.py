@@ -14,8 +14,8 @@ import torch
 from checks import SHARED, check_vrp_actions, random_allowed_actions, run_random
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from ppoor.checkers.tours import InvalidTourError, vrp_cost
 from ppoor.data.datasets import load_data
-from ppoor.data.references import pyvrp_vrp_tour, solve_reference
 from ppoor.envs import ENV_IDS, ENV_VARIANTS, CVRPVectorEnv, VRPVectorEnv
 from ppoor.envs.vrp import (
     CLASSIC,
@@ -30,7 +30,7 @@ from ppoor.envs.vrp import (
 )
 from ppoor.models import Agent, load_agent, save_checkpoint
 from ppoor.search import decode
-from ppoor.search.solutions import InvalidTourError, vrp_cost
+from ppoor.solvers.references import pyvrp_vrp_tour, solve_reference
 
 
 def one(static, b):

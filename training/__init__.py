@@ -1,6 +1,6 @@
-"""Training plumbing, shared by the trainers (``ppo_or.py``, ``ppo_flatland.py``, ``rlea.py``) and the
-evaluation scripts: the run object (``runs.Run``: folder, writer, training state, checkpoints),
-argument checks and resume (``runs``), data-parallel helpers (``parallel``), process settings
-(``runtime``), and what each trainer's loop calls around its algorithm (``routing``, ``railway``,
-``rlea``). The scripts show the algorithm; ``models/`` holds the networks.
+"""Training plumbing. Shared by the three trainers (``ppo_or.py``, ``ppo_flatland.py``, ``rlea.py``):
+the run object (``runs.Run``: folder, writer, training state, checkpoints, argument ranges, resume),
+data-parallel helpers (``parallel``) and process settings (``runtime``). ``ppo_or.py``'s own:
+its options (``options``: presets, ranges, checks, resume rules) and what its loop calls around the
+algorithm (``routing``). The railway's and RLEA's live in ``railway.trainer`` and ``codegen.records``.
 """

@@ -1,7 +1,8 @@
 """What ``ppo_or.py``'s loop calls around the algorithm: the memory a run needs and how many
 instances an update decodes at once, the rollout data's layout for the update's minibatches,
 --init-from's weights, the checkpoint's training state and its restore, the periodic evaluation and
-the iteration's log line. The algorithm itself (rollout, advantages, PPO loss and update) stays in
+the iteration's log line; the rollout's record, its minibatches, the multi-start first nodes, the
+learning rate's warm-up and trust-region steering. The algorithm itself (rollout, advantages, PPO loss and update) stays in
 the script.
 
 Shapes: M instances, N trajectories, T stored steps, A actions.
@@ -9,16 +10,19 @@ Shapes: M instances, N trajectories, T stored steps, A actions.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from ppoor.models import Agent, CheckpointError, latest_checkpoint, read_checkpoint
-from ppoor.search import decode
-from ppoor.training.parallel import gather
-from ppoor.training.runs import Run, available_memory
+from ppoor.envs import ENV_IDS, ENV_VARIANTS, standard_dataset
+from ppoor.models import Agent, Cache, CheckpointError, latest_checkpoint, read_checkpoint
+from ppoor.search import augment, decode
+from ppoor.solvers.references import kool_references
+from ppoor.training.parallel import all_sum, gather
+from ppoor.training.runs import Run, available_memory, memory_problem
 
 
 def initial_weights(source: str, problem: str) -> dict:
@@ -51,11 +55,80 @@ def chunk_rows(args, actions: int, steps: int, device: torch.device) -> int:
     return int(max(1, min(size, budget // update_memory(1, args.n_traj, actions, steps))))
 
 
+def rollout_memory(args, actions: int, steps: int) -> float:
+    """Bytes a rollout of M instances x N trajectories over A = ``actions`` and T = ``steps`` needs,
+    estimated: the encoder's cache [M, A, 6d] float32 (twice while --norm-groups gathers its groups'),
+    the encoder's activations over the instances it encodes at once (all M, or a minibatch with
+    --norm-groups: the 512-wide feed-forward, attention and its scores [rows, 8, A, A]), a decoding
+    step's attention, logits and probabilities [M, N, 8, A], the stored steps [T, M, N, A + 32]
+    and the env's arrays [M, N, A]."""
+    m, n, d = args.num_envs, args.n_traj, 128
+    cache = 4.0 * m * actions * 6 * d * (2 if args.norm_groups else 1)
+    rows = min(m, args.minibatch_size) if args.norm_groups else m
+    encode = 8.0 * rows * actions * (512 + 6 * d + 8 * actions)
+    step = 4.0 * m * n * (6 * 8 * actions + 8 * d)
+    stored = 1.0 * steps * m * n * (actions + 32)
+    env = 24.0 * m * n * actions
+    return cache + encode + step + stored + env
+
+
 def training_memory(args, actions: int, steps: int, chunk: int) -> float:
-    """Bytes a run needs, estimated: the update of ``chunk`` instances at once (``update_memory``)
-    plus the rollout's stored masks and states [T, M, N, A]."""
-    rollout = 1.0 * steps * args.num_envs * args.n_traj * (actions + 32)
-    return update_memory(chunk, args.n_traj, actions, steps) + rollout
+    """Bytes a run needs, estimated: the rollout (``rollout_memory``), which the update keeps, plus
+    the update of ``chunk`` instances at once (``update_memory``)."""
+    return rollout_memory(args, actions, steps) + update_memory(chunk, args.n_traj, actions, steps)
+
+
+def update_chunk(args, sizes, device: torch.device, ckpt: dict | None, world_size: int) -> int:
+    """The instances the update decodes at once (``chunk_rows``), after checking that the run can run:
+    a resumed one in as many processes as wrote it, and the whole run in memory (``training_memory``);
+    exits with one line that says what to change otherwise. ``sizes``: the env's ``EnvSizes``."""
+    if ckpt and len(ckpt["rank_rng"]) != world_size:
+        sys.exit(f"error: --resume: the checkpoint was written by {len(ckpt['rank_rng'])} processes, not {world_size}")
+    if world_size > 1 and not args.encoder_cache:
+        sys.exit("error: --no-encoder-cache is a single-process benchmark baseline; it cannot run data-parallel")
+    steps = args.num_steps or sizes.max_episode_steps
+    chunk = chunk_rows(args, sizes.actions, steps, device)
+    if too_big := memory_problem(training_memory(args, sizes.actions, steps, chunk), device, "this run"):
+        sys.exit(f"error: {too_big} (--num-envs {args.num_envs} x --n-traj {args.n_traj} at --num-nodes "
+                 f"{args.num_nodes}, updates of {chunk} instances at once: lower --num-envs or --update-chunk)")  # fmt: skip
+    return chunk
+
+
+def announce(run: Run, args, sizes, world_size: int, device: torch.device) -> None:
+    """Prints the run's first lines: the problem, the rollout's shape, the budget, what is resumed."""
+    if not run.is_main:
+        return
+    per_rollout = args.num_envs * world_size * sizes.max_episode_steps
+    estimate = run.iteration + math.ceil(max(0, args.total_timesteps - run.global_step) / per_rollout)
+    budget = f", at most {args.total_seconds:g} s" if args.total_seconds else ""
+    print(
+        f"ppo_or: {args.env_id} n={args.num_nodes}, preset {args.preset}, {args.num_envs} instances x "
+        f"{args.n_traj} trajectories per rollout x {world_size} process(es), {device}, "
+        f"{torch.get_num_threads()} threads\nrun {run.dir}: {args.total_timesteps:,} steps (up to {estimate:,} "
+        f"iterations{budget}); checkpoints every {args.checkpoint_interval} iterations and "
+        f"{args.checkpoint_seconds:g} s; evaluation every {args.eval_interval} iterations (0 = never)",
+        flush=True,
+    )
+    if args.resume:
+        print(f"resuming from {args.resume} at iteration {run.iteration}", flush=True)
+
+
+def validation_set(args) -> tuple[dict, np.ndarray | None]:
+    """The periodic evaluation's instances (the first --eval-instances of the validation set, seed
+    4321) and their reference lengths (shipped, or solved once into runs/references; None where no
+    solver is installed)."""
+    problem = ENV_IDS[args.env_id]
+    data = standard_dataset(problem, args.num_nodes, "val", args.eval_instances, ENV_VARIANTS.get(args.env_id))
+    return data, kool_references(problem, args.num_nodes, "val", args.eval_instances, "runs/references")
+
+
+def new_episodes(envs, copies: int) -> dict:
+    """Resets the vector env ``envs`` on fresh instances: M / ``copies`` drawn ones in ``copies``
+    symmetric copies each (``search.augment``); returns the first observation."""
+    if copies == 1:
+        return envs.reset()[0]
+    drawn = envs.unwrapped.random_instances(envs.unwrapped.num_envs // copies)
+    return envs.reset(options=augment(drawn, copies))[0]
 
 
 def stack_states(states: list) -> dict:
@@ -119,6 +192,18 @@ def evaluate(agent: Agent, data: dict, batch_size: int, references: np.ndarray |
     return out
 
 
+def log_episodes(run: Run, episode: dict, statistics: dict) -> None:
+    """Logs the charts of the episodes a rollout finished: ``episode``'s ``return`` and ``length`` [M, N]
+    and the env's own ``statistics`` (e.g. VRP: early_return_fraction)."""
+    tour_length = -episode["return"]
+    run.log("charts/episodic_return", episode["return"].mean())
+    run.log("charts/episodic_length", episode["length"].mean())
+    run.log("charts/tour_length", tour_length.mean())
+    run.log("charts/best_tour_length", tour_length.min(1).mean())
+    for tag, value in statistics.items():
+        run.log(f"charts/{tag}", value)
+
+
 def log_iteration(run: Run, args, data, episode: dict, stats: dict, lr: float, times: tuple) -> str:
     """Logs an iteration's charts (``lr``: its learning rate; ``times``: rollout and update seconds) and
     losses; returns its line."""
@@ -143,3 +228,110 @@ def log_iteration(run: Run, args, data, episode: dict, stats: dict, lr: float, t
         tour_length = -episode["return"]
         line += f" tour_length={tour_length.mean():.4f} best_tour_length={tour_length.min(1).mean():.4f}"
     return line
+
+
+KL_SAMPLE = 32
+"""Instances of a rollout on which the KL divergence an update reached is measured (--target-kl)."""
+
+
+def shared_advantages(returns: torch.Tensor, copies: int) -> torch.Tensor:
+    """POMO's shared baseline: returns [M, N] of whole episodes -> advantages [M, N], each
+    trajectory's return minus the mean return of the N x K trajectories of its instance (the K
+    symmetric copies of an instance lie at m, m + M / K, ..., as ``search.augment`` orders them)."""
+    num_envs, n_traj = returns.shape
+    grouped = returns.view(copies, num_envs // copies, n_traj)
+    return (grouped - grouped.mean((0, 2), keepdim=True)).view(num_envs, n_traj)
+
+
+def step_subset(steps: dict, batch: dict, count: int) -> tuple[dict, dict]:
+    """``count`` of the T stored steps drawn uniformly without replacement (in order), of the rollout's
+    ``steps`` and ``batch`` [T, ...] (--step-fraction): the loss over them is an unbiased estimate."""
+    stored = next(iter(batch.values())).shape[0]
+    at = torch.randperm(stored)[:count].sort().values.to(next(iter(batch.values())).device)
+    return ({key: value.index_select(0, at) for key, value in steps.items()},
+            {key: value.index_select(0, at) for key, value in batch.items()})  # fmt: skip
+
+
+def first_nodes(start_actions: torch.Tensor, num_envs: int, n_traj: int) -> torch.Tensor:
+    """Distinct first actions [M, N] for a multi-start rollout from the S ``start_actions`` [S]:
+    all of them in order when N = S, else a uniformly random subset per instance (every start is
+    then trained equally often, and the sum over a subset, scaled by S / N, is an unbiased
+    estimate of the sum over all starts)."""
+    if n_traj == len(start_actions):
+        return start_actions.expand(num_envs, -1)
+    order = torch.rand(num_envs, len(start_actions), device=start_actions.device).argsort(-1)
+    return start_actions[order[:, :n_traj]]
+
+
+@dataclass
+class Rollout:
+    """One rollout of M instances x N trajectories over T stored steps (steps where every trajectory
+    had one allowed action are not stored). ``static``: the encoder's inputs [M, ...]; ``steps``: the
+    dynamic states [T, M, N, ...]; ``batch``: ``actions``, ``logprobs``, ``alive`` (the step counts in
+    the loss) [T, M, N], with --multi-start ``weights``, with the critic ``values``, ``rewards``,
+    ``dones`` [T, M, N] and ``next_value`` [M, N]; ``norms``: the batch-norm statistics the rollout's
+    encoding used (--replay-batch-norm); ``groups``: the update's minibatches of instance indices
+    (--norm-groups: the rollout encoded each alone; else None, each epoch draws its own);
+    ``env_steps``: steps the env took (stored or not)."""
+
+    static: dict
+    steps: dict
+    batch: dict
+    norms: list
+    groups: list | None
+    env_steps: int
+
+
+def minibatches(num_envs: int, size: int, device: torch.device) -> list[torch.Tensor]:
+    """A random partition of the ``num_envs`` instances into ceil(num_envs / size) minibatches of
+    near-equal size (index tensors)."""
+    size = math.ceil(num_envs / math.ceil(num_envs / size))
+    return list(torch.randperm(num_envs).to(device).split(size))
+
+
+def minibatch_totals(batch: dict, index: torch.Tensor, args) -> dict:
+    """What the loss of a minibatch's chunks shares: the count of live steps of instances ``index``
+    [B] (over every process) and, with --norm-adv, the mean and standard deviation of their
+    advantages, so that chunks accumulate exactly the gradient of the whole minibatch."""
+    alive = batch["alive"][:, index].float()
+    count = all_sum(alive.sum()).clamp(min=1)
+    totals = {"count": count}
+    if args.norm_adv:
+        advantages = batch["advantages"][:, index]
+        mean = all_sum((advantages * alive).sum()) / count
+        totals["mean"] = mean
+        totals["std"] = (all_sum(((advantages - mean) ** 2 * alive).sum()) / count).sqrt()
+    return totals
+
+
+def warm_up(optimizer: torch.optim.Optimizer, rate: float, warmup: int) -> None:
+    """Sets the learning rate of the optimizer's next step: ``rate`` x (steps taken + 1) / ``warmup``,
+    at most ``rate`` (--warmup-steps; the steps are counted in Adam's state, so a resumed run goes on
+    where it was)."""
+    state = optimizer.state.get(optimizer.param_groups[0]["params"][0], {})
+    taken = int(state["step"]) if "step" in state else 0
+    optimizer.param_groups[0]["lr"] = rate * min(1.0, (taken + 1) / warmup) if warmup else rate
+
+
+def sample_kl(agent: Agent, data: Rollout, args, loss, size: int) -> float:
+    """approx-KL between the rollout's policy and the agent's on ``size`` of the rollout's instances,
+    encoded as the update encodes them (with --norm-groups: within their minibatch); ``loss``: the
+    script's ``ppo_loss``, whose statistics hold the approx-KL."""
+    if data.groups is None:
+        sample = torch.randperm(args.num_envs)[:size].to(data.batch["actions"].device)
+        return loss(agent, data.static, data.steps, data.batch, sample, args)[1]["approx_kl"]
+    group = data.groups[0]
+    cache = agent.encode({key: value[group] for key, value in data.static.items()})
+    rows = Cache(*(x[:size] for x in cache))
+    return loss(agent, data.static, data.steps, data.batch, group[:size], args, cache=rows)[1]["approx_kl"]
+
+
+def steer_learning_rate(scale: float, kl: float, target: float) -> float:
+    """The trust region's step control (the adaptive schedule of rl_games): the factor on the learning
+    rate after an update whose measured KL divergence was ``kl``: / 1.5 above 2 x ``target``, x 1.5
+    (at most 1) below ``target`` / 2, unchanged between; never below 1e-3."""
+    if kl > 2 * target:
+        return max(scale / 1.5, 1e-3)
+    if kl < target / 2:
+        return min(scale * 1.5, 1.0)
+    return scale

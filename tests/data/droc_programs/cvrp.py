@@ -1,4 +1,4 @@
-"""Written by the ppo-or team (not generated) for DRoC's CVRP, read by ``python -m ppoor.agents.droc``:
+"""Written by the ppo-or team (not generated) for DRoC's CVRP, read by ``python -m ppoor.codegen.droc``:
 routes from depot 0 whose loads fit each vehicle's capacity, shortest in total. IGNORE names the
 constraints left out (the tests judge the copy without each one)."""
 

@@ -1,1 +1,0 @@
-"""Plots, one per file as in PyVRP: ``routes`` (eval.py --plot), ``railway`` (eval_flatland.py --render)."""

@@ -1,0 +1,159 @@
+"""``ppo_or.py``'s options around its ``Args``: the presets, the range of every number, the
+combinations refused, the fields a resumed run may change, and the settings ``main`` can trust
+(``resolve_args``). ``args`` is a ``ppo_or.Args``; its class is taken from the instance, so this
+module never imports the script."""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import asdict, replace
+
+import torch
+from ppoor.envs import ENV_IDS, EnvSizes, env_sizes
+from ppoor.envs.instances import KOOL_SET_SIZE
+from ppoor.envs.vrp import TEST_SET_SIZE
+from ppoor.models import compiler_problem
+from ppoor.training.routing import initial_weights
+from ppoor.training.runs import (
+    MAX_SECONDS,
+    MAX_THREADS,
+    PPO_LIMITS,
+    check_numbers,
+    exp_name_problem,
+    fail,
+    parse_with_presets,
+    resume_settings,
+    wandb_problem,
+)
+
+RLOR = dict(
+    preset="rlor", n_traj=50, multi_start=False, baseline="critic", train_augment=1, learning_rate=1e-3,
+    minibatch_size=128, update_epochs=2, target_kl=None, ent_coef=0.01, norm_groups=False, warmup_steps=0,
+)  # fmt: skip
+"""The ``rlor`` preset: the paper's settings (sampled first node, critic and GAE, 50 trajectories)."""
+
+LIMITS = {
+    **PPO_LIMITS,
+    "threads": (1, MAX_THREADS),
+    "num_nodes": (2, 100_000),
+    "minibatch_size": (1, math.inf),
+    "update_chunk": (1, math.inf),
+    "num_envs": (1, math.inf),
+    "n_traj": (1, math.inf),
+    "train_augment": (1, 8),
+    "step_fraction": (1e-6, 1.0),
+    "num_steps": (1, math.inf),
+    "total_seconds": (1e-3, MAX_SECONDS),
+    "checkpoint_seconds": (0.0, MAX_SECONDS),
+    "eval_instances": (1, math.inf),
+    "eval_batch_size": (1, math.inf),
+    "warmup_steps": (0, math.inf),
+}
+"""The closed range of every numeric argument (``training.runs.check_numbers``)."""
+
+RESUME_OVERRIDES = (
+    "total_timesteps", "update_chunk", "total_seconds", "checkpoint_interval", "checkpoint_seconds",
+    "eval_interval", "eval_instances", "eval_batch_size", "threads", "cuda", "track", "wandb_project_name",
+    "wandb_entity", "amp", "compile",
+)  # fmt: skip
+"""The fields a resumed run may change; any other field given with --resume must equal the checkpoint's."""
+
+
+def presets(cls) -> dict:
+    """The presets as instances of the ``Args`` class ``cls``: ``ppo-or`` (its defaults) and ``rlor``."""
+    return {"ppo-or": cls(), "rlor": cls(**RLOR)}
+
+
+def parse_args(cls, argv: list[str]) -> tuple:
+    """tyro's command line over the defaults of the preset ``--preset`` names, and the names of the
+    fields given on it (what --resume compares with the checkpoint)."""
+    return parse_with_presets(cls, presets(cls), "ppo-or", argv)
+
+
+def env_size(args) -> EnvSizes:
+    """The sizes of --env-id at --num-nodes (``envs.env_sizes``); a size below 2, which ``check_args``
+    refuses, is not probed. Exits with one line when the env cannot take the size."""
+    if args.num_nodes < 2:
+        return EnvSizes(args.num_nodes, args.num_nodes + 1, args.num_nodes + 1)
+    try:
+        return env_sizes(args.env_id, args.num_nodes)
+    except ValueError as exc:
+        sys.exit(f"error: --env-id {args.env_id} --num-nodes {args.num_nodes}: {exc}")
+
+
+NORM_GROUPS_FROM = 50
+"""--norm-groups is on by default from this many nodes: there small minibatches' batch-norm statistics
+made every minibatch start from another policy and the tours relapsed; below it the rollout encodes
+all instances at once, which is faster (the README's 3-minute TSP20 run)."""
+
+
+def with_defaults(args, starts: int):
+    """Fills the settings whose default depends on others: N is one trajectory per start node
+    (``starts``) with --multi-start, else 50; --norm-groups on from ``NORM_GROUPS_FROM`` nodes
+    (unless --replay-batch-norm)."""
+    if args.n_traj is None:
+        args = replace(args, n_traj=starts if args.multi_start and args.num_nodes >= 2 else 50)
+    if args.norm_groups is None:
+        args = replace(args, norm_groups=args.num_nodes >= NORM_GROUPS_FROM and not args.replay_batch_norm)
+    return args
+
+
+def check_args(args, starts: int) -> None:
+    """Rejects impossible settings before anything starts; the message names the argument.
+    ``starts``: the env's distinct first actions (``env_size``)."""
+    problems = check_numbers(args, LIMITS)
+    if problem := exp_name_problem(args.exp_name):
+        problems.append(problem)
+    fail(problems)  # the checks below assume numbers in range
+    if args.multi_start and args.n_traj > starts:
+        problems.append(
+            f"--n-traj {args.n_traj} exceeds the {starts} start nodes of --multi-start "
+            f"(use --n-traj <= {starts} or --no-multi-start)"
+        )
+    if args.num_envs % args.train_augment:
+        problems.append(
+            f"--train-augment {args.train_augment} does not divide --num-envs {args.num_envs} (it counts the copies)"
+        )
+    if args.compile and (problem := compiler_problem()):
+        problems.append(f"--compile: {problem}")
+    if args.norm_groups and args.replay_batch_norm:
+        problems.append("--norm-groups and --replay-batch-norm are two cures of the same mismatch: choose one")
+    if args.baseline == "shared" and args.n_traj * args.train_augment < 2:
+        problems.append("--baseline shared needs at least 2 trajectories per instance (--n-traj x --train-augment)")
+    val_size = KOOL_SET_SIZE if ENV_IDS[args.env_id] in ("tsp", "cvrp") else TEST_SET_SIZE
+    if args.eval_instances > val_size:
+        problems.append(f"--eval-instances must be in 1..{val_size} (the validation set), got {args.eval_instances}")
+    fail(problems)
+
+
+def resolve_args(args, given: set[str] | None = None) -> tuple:
+    """The settings ``main`` can trust: a resumed run's own (``given``: the fields given on the command
+    line), defaults that depend on the env filled in, every range and combination checked. Returns
+    (settings, the checkpoint resumed from or None, the env's sizes, --init-from's weights or None);
+    exits with one line naming the argument otherwise."""
+    ckpt = None
+    if args.resume:
+        # checkpoints written before the presets existed were trained with the rlor settings
+        legacy = asdict(type(args)(**RLOR))
+        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, legacy, "ppo_or.py")
+        if ckpt["problem"] == "rail":
+            sys.exit(f"error: --resume: {args.resume} is a ppo_flatland.py checkpoint; resume it with ppo_flatland.py")
+        if "minibatch_size" not in ckpt["args"]:  # written when minibatches were counted: the same split
+            args = replace(args, minibatch_size=args.num_envs // ckpt["args"].get("num_minibatches", 8))
+    sizes = env_size(args)
+    args = with_defaults(args, sizes.starts)
+    check_args(args, sizes.starts)
+    problems = []
+    if args.track and (problem := wandb_problem()):
+        problems.append(f"--track: {problem}")
+    if args.amp and not (torch.cuda.is_available() and args.cuda):
+        problems.append("--amp (bf16 autocast) needs a CUDA device; drop --amp or use --cuda on a GPU machine")
+    if args.baseline == "shared" and args.num_steps and args.num_steps < sizes.max_episode_steps:
+        problems.append(
+            f"--baseline shared needs whole episodes in a rollout: --num-steps {args.num_steps} is below the "
+            f"{sizes.max_episode_steps} steps an episode may take (drop --num-steps or use --baseline critic)"
+        )
+    fail(problems)
+    init = initial_weights(args.init_from, ENV_IDS[args.env_id]) if args.init_from and not ckpt else None
+    return args, ckpt, sizes, init
