@@ -65,8 +65,8 @@ class Args:
     """nodes per instance (TSP) or customers per instance (the depots are extra)"""
     total_timesteps: int = 626_688_000
     """total instance-steps of the run (12,000 rollouts of TSP50 at 1024 x 51 steps)"""
-    learning_rate: float = 3e-4
-    """the learning rate of the optimizer (Adam)"""
+    learning_rate: float | None = None
+    """the learning rate of the optimizer (Adam); None: 1e-3 below 50 nodes, 3e-4 from 50"""
     num_envs: int = 1024
     """M: problem instances per rollout"""
     n_traj: int | None = None
@@ -115,9 +115,9 @@ class Args:
     the KL reached; None: none"""
     replay_batch_norm: bool = False
     """normalise the update's encoder with the rollout's batch-norm statistics (excludes --norm-groups)"""
-    norm_groups: bool | None = None
+    norm_groups: bool = True
     """encode the rollout in the update's minibatches, so each minibatch starts from the policy that sampled
-    it; None: on from 50 nodes, off below"""
+    it (the cure of small minibatches' relapses); False: all instances at once (the rlor preset)"""
     encoder_cache: bool = True
     """encode each instance once per rollout; False re-encodes at every step (a benchmark baseline)"""
     amp: bool = False

@@ -711,3 +711,80 @@ def test_a_step_fraction_trains_on_a_subset_of_the_stored_steps(norm_adv, seed):
         assert len(matches) == 1
         drawn.add(matches[0])
     assert drawn == {0, 1}
+
+
+@settings(max_examples=40, deadline=None)
+@given(num_nodes=st.integers(2, 200), rate=st.none() | st.floats(1e-5, 1e-2), preset=st.sampled_from(["ppo-or", "rlor"]))
+def test_the_learning_rate_defaults_by_size(num_nodes, rate, preset):
+    """Below 50 nodes the default learning rate is 1e-3, from 50 it is 3e-4; a value given, or the rlor
+    preset's 1e-3, is kept, and so is the resolved value a run saves."""
+    from ppoor import ppo_or
+    from ppoor.training import options
+
+    argv = ["--num-nodes", str(num_nodes), "--preset", preset] + ([] if rate is None else ["--learning-rate", repr(rate)])
+    args, _ = ppo_or.parse_args(argv)
+    full = options.with_defaults(args, num_nodes)
+    if rate is not None:
+        assert full.learning_rate == rate
+    else:
+        assert full.learning_rate == (1e-3 if preset == "rlor" or num_nodes < 50 else 3e-4)
+    assert options.with_defaults(full, num_nodes) == full
+
+
+def peak_memory(tmp_path, argv: list[str]) -> int:
+    """Peak resident bytes of one ``ppo_or.py`` run with ``argv`` (the child's ru_maxrss)."""
+    probe = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode; "
+             "print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", probe, sys.executable, str(ROOT / "ppo_or.py"), *argv], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=1800)  # fmt: skip
+    code, kib = result.stdout.split()[-2:]
+    assert code == "0", result.stderr
+    return int(kib) * 1024
+
+
+@settings(max_examples=3, deadline=None)
+@given(env_id=st.sampled_from(["tsp-v0", "cvrp-v0"]), num_nodes=st.integers(5, 60), share=st.floats(0.05, 1.0),
+       augment=st.sampled_from([1, 8]), groups=st.booleans(), target=st.integers(200, 500))  # fmt: skip
+def test_the_memory_estimate_holds_at_every_size(tmp_path_factory, env_id, num_nodes, share, augment, groups, target):
+    """A run's memory estimate (``training.routing.training_memory``) is at least what one iteration
+    takes above the same run with 8 instances, and at most 4x it (a check that refused every run
+    would pass the first half alone). The instances are chosen so the estimate is ``target`` MiB;
+    the update trains on one stored step, so the rollout, which the update keeps, is what grows."""
+    import torch
+    from ppoor import ppo_or
+    from ppoor.training import options
+
+    tmp_path = tmp_path_factory.mktemp("memory")
+    n_traj = max(2, round(share * num_nodes))
+
+    def argv(num_envs: int) -> list[str]:
+        return ["--env-id", env_id, "--num-nodes", str(num_nodes), "--n-traj", str(n_traj), "--num-envs", str(num_envs),
+                "--train-augment", str(augment), "--norm-groups" if groups else "--no-norm-groups", "--update-epochs",
+                "1", "--step-fraction", "1e-6", "--total-timesteps", "1", "--eval-interval", "0", "--threads", "1",
+                "--checkpoint-interval", "0", "--checkpoint-seconds", "0"]  # fmt: skip
+
+    def estimate(num_envs: int) -> float:
+        args = ppo_or.parse_args(argv(num_envs))[0]
+        sizes = options.env_size(args)
+        args = options.with_defaults(args, sizes.starts)
+        decoded = routing.decoded_steps(args, sizes.max_episode_steps)
+        chunk = routing.chunk_rows(args, sizes.actions, decoded, torch.device("cpu"))
+        return routing.training_memory(args, sizes.actions, sizes.max_episode_steps, chunk)
+
+    per_instance = (estimate(8 * 64) - estimate(8)) / (8 * 64 - 8)
+    num_envs = max(8, round(target * 2**20 / per_instance / 8) * 8)
+    taken = peak_memory(tmp_path, argv(num_envs)) - peak_memory(tmp_path, argv(8))
+    assert taken <= estimate(num_envs) <= 4 * taken, (num_envs, taken / 2**20, estimate(num_envs) / 2**20)
+
+
+def test_a_run_too_large_for_memory_is_refused_in_one_line(tmp_path):
+    """TSP10 with 300,000 instances x 10 trajectories needs tens of GiB (the encoder's cache of every
+    instance, a decoding step's attention over every trajectory): refused before anything is
+    allocated, with the figure and what to lower, at this size as at 50 nodes."""
+    for nodes in ("10", "50"):
+        start = time.time()
+        result = train(tmp_path, "--num-nodes", nodes, "--n-traj", "10", "--num-envs", "300000", "--threads", "1",
+                       check=False)  # fmt: skip
+        assert result.returncode != 0 and time.time() - start < 120
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("error: this run needs about") and "lower --num-envs" in line, line

@@ -82,20 +82,18 @@ def env_size(args) -> EnvSizes:
         sys.exit(f"error: --env-id {args.env_id} --num-nodes {args.num_nodes}: {exc}")
 
 
-NORM_GROUPS_FROM = 50
-"""--norm-groups is on by default from this many nodes: there small minibatches' batch-norm statistics
-made every minibatch start from another policy and the tours relapsed; below it the rollout encodes
-all instances at once, which is faster (the README's 3-minute TSP20 run)."""
+LARGE = 50
+"""From this many nodes the default learning rate is 3e-4, which kept the training at 50 and 100
+nodes stable; below it 1e-3, which learns more in a short budget (docs/results/2026-12-main-job.md)."""
 
 
 def with_defaults(args, starts: int):
     """Fills the settings whose default depends on others: N is one trajectory per start node
-    (``starts``) with --multi-start, else 50; --norm-groups on from ``NORM_GROUPS_FROM`` nodes
-    (unless --replay-batch-norm)."""
+    (``starts``) with --multi-start, else 50; the learning rate by size (``LARGE``)."""
     if args.n_traj is None:
         args = replace(args, n_traj=starts if args.multi_start and args.num_nodes >= 2 else 50)
-    if args.norm_groups is None:
-        args = replace(args, norm_groups=args.num_nodes >= NORM_GROUPS_FROM and not args.replay_batch_norm)
+    if args.learning_rate is None:
+        args = replace(args, learning_rate=3e-4 if args.num_nodes >= LARGE else 1e-3)
     return args
 
 

@@ -57,25 +57,33 @@ def chunk_rows(args, actions: int, steps: int, device: torch.device) -> int:
 
 def rollout_memory(args, actions: int, steps: int) -> float:
     """Bytes a rollout of M instances x N trajectories over A = ``actions`` and T = ``steps`` needs,
-    estimated: the encoder's cache [M, A, 6d] float32 (twice while --norm-groups gathers its groups'),
+    estimated: the encoder's cache [M, A, 6d] float32 (three times while --norm-groups gathers its groups'),
     the encoder's activations over the instances it encodes at once (all M, or a minibatch with
     --norm-groups: the 512-wide feed-forward, attention and its scores [rows, 8, A, A]), a decoding
     step's attention, logits and probabilities [M, N, 8, A], the stored steps [T, M, N, A + 32]
-    and the env's arrays [M, N, A]."""
+    (twice while they are stacked) and the env's arrays [M, N, A]. Calibrated against the peak
+    resident memory of one iteration (``tests/test_ppo_or.py``): 1.3-3x what it takes."""
     m, n, d = args.num_envs, args.n_traj, 128
-    cache = 4.0 * m * actions * 6 * d * (2 if args.norm_groups else 1)
+    cache = 4.0 * m * actions * 6 * d * (3 if args.norm_groups else 1)
     rows = min(m, args.minibatch_size) if args.norm_groups else m
-    encode = 8.0 * rows * actions * (512 + 6 * d + 8 * actions)
-    step = 4.0 * m * n * (6 * 8 * actions + 8 * d)
-    stored = 1.0 * steps * m * n * (actions + 32)
+    encode = 4.0 * rows * actions * (512 + 4 * d + 8 * actions)
+    step = 4.0 * m * n * (10 * 8 * actions + 4 * d)
+    stored = 2.0 * steps * m * n * (actions + 32)
     env = 24.0 * m * n * actions
     return cache + encode + step + stored + env
 
 
+def decoded_steps(args, steps: int) -> int:
+    """The stored steps a minibatch of the update decodes: a --step-fraction of the T = ``steps``."""
+    return max(1, math.ceil(args.step_fraction * steps))
+
+
 def training_memory(args, actions: int, steps: int, chunk: int) -> float:
-    """Bytes a run needs, estimated: the rollout (``rollout_memory``), which the update keeps, plus
-    the update of ``chunk`` instances at once (``update_memory``)."""
-    return rollout_memory(args, actions, steps) + update_memory(chunk, args.n_traj, actions, steps)
+    """Bytes a run needs, estimated: the rollout over T = ``steps`` (``rollout_memory``), which the
+    update keeps, plus the update of ``chunk`` instances at once over the steps it decodes
+    (``update_memory``)."""
+    decoded = decoded_steps(args, steps)
+    return rollout_memory(args, actions, steps) + update_memory(chunk, args.n_traj, actions, decoded)
 
 
 def update_chunk(args, sizes, device: torch.device, ckpt: dict | None, world_size: int) -> int:
@@ -87,7 +95,7 @@ def update_chunk(args, sizes, device: torch.device, ckpt: dict | None, world_siz
     if world_size > 1 and not args.encoder_cache:
         sys.exit("error: --no-encoder-cache is a single-process benchmark baseline; it cannot run data-parallel")
     steps = args.num_steps or sizes.max_episode_steps
-    chunk = chunk_rows(args, sizes.actions, steps, device)
+    chunk = chunk_rows(args, sizes.actions, decoded_steps(args, steps), device)
     if too_big := memory_problem(training_memory(args, sizes.actions, steps, chunk), device, "this run"):
         sys.exit(f"error: {too_big} (--num-envs {args.num_envs} x --n-traj {args.n_traj} at --num-nodes "
                  f"{args.num_nodes}, updates of {chunk} instances at once: lower --num-envs or --update-chunk)")  # fmt: skip
