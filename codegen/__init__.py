@@ -1,4 +1,4 @@
-"""RLEA: LLM agents write OR-Tools programs for VRP variants described in words. The benchmark
+"""RLEA: an LLM writes OR-Tools programs for VRP variants described in words. The benchmark
 (``benchmark``, its problems in ``problems/``), DRoC's files read as they are (``droc``), the LLM
 backends (``llm``), the sandbox (``sandbox``), the executor (``executor``), the soft-Q planner
 (``planner``), retrieval (``rag``, its notes in ``corpus/``), the memory (``memory``), one problem

@@ -115,7 +115,7 @@ def test_export_kept_writes_the_best_validated_policy_of_a_stopped_state(tiny_ru
 def test_eval_plays_only_the_rules_asked_for_with_the_chosen_threshold(tiny_run, tmp_path):
     import torch
     from ppoor.models.checkpoints import export_weights
-    from ppoor.ppo_flatland import RELEASE_THRESHOLDS
+    from ppoor.railway.trainer import RELEASE_THRESHOLDS
 
     ckpt = sorted((tiny_run / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1]
     chosen = torch.load(ckpt, weights_only=True)["release_threshold"]

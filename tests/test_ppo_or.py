@@ -187,19 +187,20 @@ def test_bad_arguments_exit_with_a_message(tmp_path, args, message):
 
 @pytest.mark.parametrize("preset", ["ppo-or", "rlor"])
 def test_training_learns_tsp20(tmp_path, preset):
-    """TSP20, 64 instances x 20 trajectories, 60k instance-steps (about 30 s on 2 threads), with
-    each preset.
+    """TSP20, 64 instances x 20 trajectories, 60k instance-steps with the rlor preset and 40k with the
+    default (about 20 and 13 s on 2 threads).
 
     Measured on the first 100 Kool TSP20 test instances (greedy, mean length): untrained 6.96,
-    rlor trained 4.08-4.10, ppo-or trained 4.14, LKH 3.84 (in so short a run, 8 drawn instances x 8
-    copies per rollout, the default preset is not ahead yet; bench/time_to_quality.py measures
-    longer runs). The test asserts the trained length is within 15% of the reference and that
-    training closed more than half of the untrained model's gap.
+    rlor trained 4.08-4.10, ppo-or trained 4.17 (4.10 at 60k; in so short a run, 8 drawn instances
+    x 8 copies per rollout, the default preset is not ahead yet; bench/time_to_quality.py measures
+    longer runs), LKH 3.84. The test asserts the trained length is within 15% of the reference and
+    that training closed more than half of the untrained model's gap.
     """
+    steps = "60000" if preset == "rlor" else "40000"
     train(
         tmp_path,
         *("--num-nodes", "20", "--num-envs", "64", "--n-traj", "20", "--minibatch-size", "16"),
-        *("--total-timesteps", "60000", "--eval-interval", "0", "--threads", "2", "--preset", preset),
+        *("--total-timesteps", steps, "--eval-interval", "0", "--threads", "2", "--preset", preset),
     )
     data = kool_dataset("tsp", 20, "test", 100)
     torch.manual_seed(1)
@@ -214,17 +215,17 @@ def test_training_learns_tsp20(tmp_path, preset):
 
 
 def test_training_learns_vrptw20(tmp_path):
-    """VRPTW20, 64 instances x 20 trajectories, 60k instance-steps (about 30 s on 2 threads).
+    """VRPTW20, 64 instances x 20 trajectories, 40k instance-steps (about 15 s on 2 threads).
 
     Measured on the first 100 VRPTW20 test instances (greedy, mean cost): untrained 20.90, trained
-    10.39, PyVRP (0.5 s per instance) 8.77; the shipped 35-minute model (checkpoints/vrptw20.pt)
-    9.43. The test asserts that training removed more than 60% of the untrained model's excess over
-    the PyVRP cost (it removes about 85%).
+    10.70 (9.93 at 60k), PyVRP (0.5 s per instance) 8.77; the shipped 35-minute model
+    (checkpoints/vrptw20.pt) 9.43. The test asserts that training removed more than 60% of the
+    untrained model's excess over the PyVRP cost (it removes about 84%).
     """
     train(
         tmp_path,
         *("--env-id", "vrptw-v0", "--num-nodes", "20", "--num-envs", "64", "--minibatch-size", "16"),
-        *("--total-timesteps", "60000", "--eval-interval", "0", "--threads", "2"),
+        *("--total-timesteps", "40000", "--eval-interval", "0", "--threads", "2"),
     )
     data = standard_dataset("mtvrp", 20, "test", 100, "vrptw")
     torch.manual_seed(1)
@@ -713,7 +714,7 @@ def test_a_step_fraction_trains_on_a_subset_of_the_stored_steps(norm_adv, seed):
     assert drawn == {0, 1}
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(num_nodes=st.integers(2, 200), rate=st.none() | st.floats(1e-5, 1e-2), preset=st.sampled_from(["ppo-or", "rlor"]))
 def test_the_learning_rate_defaults_by_size(num_nodes, rate, preset):
     """Below 50 nodes the default learning rate is 1e-3, from 50 it is 3e-4; a value given, or the rlor
@@ -742,9 +743,9 @@ def peak_memory(tmp_path, argv: list[str]) -> int:
     return int(kib) * 1024
 
 
-@settings(max_examples=3, deadline=None)
+@settings(max_examples=2, deadline=None)
 @given(env_id=st.sampled_from(["tsp-v0", "cvrp-v0"]), num_nodes=st.integers(5, 60), share=st.floats(0.05, 1.0),
-       augment=st.sampled_from([1, 8]), groups=st.booleans(), target=st.integers(200, 500))  # fmt: skip
+       augment=st.sampled_from([1, 8]), groups=st.booleans(), target=st.integers(150, 400))  # fmt: skip
 def test_the_memory_estimate_holds_at_every_size(tmp_path_factory, env_id, num_nodes, share, augment, groups, target):
     """A run's memory estimate (``training.routing.training_memory``) is at least what one iteration
     takes above the same run with 8 instances, and at most 4x it (a check that refused every run
