@@ -347,7 +347,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
     problem = ENV_IDS[args.env_id]
     # data-parallel setup: torchrun sets WORLD_SIZE, RANK and LOCAL_RANK; a plain run is rank 0 of 1
     world_size, rank, device = parallel.start_processes(torch.cuda.is_available() and args.cuda)
-    chunk = routing.update_chunk(args, sizes, device, ckpt, world_size)  # exits with one line if it cannot run
+    routing.check_processes(args, ckpt, world_size)
+    chunk = routing.update_chunk(args, sizes, device)  # exits with one line if the run cannot fit in memory
 
     # seeding: the same initial weights everywhere, then a stream of its own per process
     random.seed(args.seed + rank)

@@ -13,6 +13,8 @@ import numpy as np
 from ppoor.codegen.settings import PLANNER, check_args
 from ppoor.training.runs import Run, fail, resume_settings, wandb_problem
 
+CHECKPOINT = "rlea.pt"  # the training state: networks, optimizer, replay buffer
+
 
 def log_episode(run: Run, result, recent: list, alpha: float, loss: float, totals: dict, lessons: int, args) -> str:
     """Logs an episode's charts (success over the ``recent`` episodes, the actions chosen, LLM use)
@@ -54,12 +56,11 @@ def save_run(run: Run, learner, args, totals: dict, embed, memory) -> str:
     return run.save({**planner, **learner.state_dict(), "totals": totals})
 
 
-CHECKPOINT = "rlea.pt"  # the training state: networks, optimizer, replay buffer
-
 
 def resolve_args(args, given: set[str] | None, limits: dict) -> tuple:
     """The settings ``main`` can trust (a resumed run's own: only --episodes may change; ``given``: the
-    fields given on the command line) and the checkpoint resumed from; exits with one line otherwise."""
+    fields given on the command line; ``limits``: rlea.py's ranges) and the checkpoint resumed from;
+    exits with one line otherwise."""
     fail(check_args(args, limits))
     ckpt = None
     if args.resume:

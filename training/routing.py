@@ -2,8 +2,8 @@
 instances an update decodes at once, the rollout data's layout for the update's minibatches,
 --init-from's weights, the checkpoint's training state and its restore, the periodic evaluation and
 the iteration's log line; the rollout's record, its minibatches, the multi-start first nodes, the
-learning rate's warm-up and trust-region steering. The algorithm itself (rollout, advantages, PPO loss and update) stays in
-the script.
+learning rate's warm-up and trust-region steering. The algorithm itself (rollout, advantages, PPO
+loss and update) stays in the script.
 
 Shapes: M instances, N trajectories, T stored steps, A actions.
 """
@@ -86,17 +86,28 @@ def training_memory(args, actions: int, steps: int, chunk: int) -> float:
     return rollout_memory(args, actions, steps) + update_memory(chunk, args.n_traj, actions, decoded)
 
 
-def update_chunk(args, sizes, device: torch.device, ckpt: dict | None, world_size: int) -> int:
-    """The instances the update decodes at once (``chunk_rows``), after checking that the run can run:
-    a resumed one in as many processes as wrote it, and the whole run in memory (``training_memory``);
-    exits with one line that says what to change otherwise. ``sizes``: the env's ``EnvSizes``."""
+def check_processes(args, ckpt: dict | None, world_size: int) -> None:
+    """Exits with one line when the run cannot run in ``world_size`` processes: a resumed one in other
+    than as many as wrote it, or the re-encoding baseline data-parallel."""
     if ckpt and len(ckpt["rank_rng"]) != world_size:
         sys.exit(f"error: --resume: the checkpoint was written by {len(ckpt['rank_rng'])} processes, not {world_size}")
     if world_size > 1 and not args.encoder_cache:
         sys.exit("error: --no-encoder-cache is a single-process benchmark baseline; it cannot run data-parallel")
+
+
+def run_memory(args, sizes, device: torch.device) -> tuple[float, int]:
+    """The bytes the run needs (``training_memory``) and the instances its update decodes at once
+    (``chunk_rows``). ``sizes``: the env's ``EnvSizes``."""
     steps = args.num_steps or sizes.max_episode_steps
     chunk = chunk_rows(args, sizes.actions, decoded_steps(args, steps), device)
-    if too_big := memory_problem(training_memory(args, sizes.actions, steps, chunk), device, "this run"):
+    return training_memory(args, sizes.actions, steps, chunk), chunk
+
+
+def update_chunk(args, sizes, device: torch.device) -> int:
+    """The instances the update decodes at once, after checking that the whole run fits in memory
+    (``run_memory``); exits with one line that says what to lower otherwise."""
+    needed, chunk = run_memory(args, sizes, device)
+    if too_big := memory_problem(needed, device, "this run"):
         sys.exit(f"error: {too_big} (--num-envs {args.num_envs} x --n-traj {args.n_traj} at --num-nodes "
                  f"{args.num_nodes}, updates of {chunk} instances at once: lower --num-envs or --update-chunk)")  # fmt: skip
     return chunk
@@ -254,8 +265,8 @@ def shared_advantages(returns: torch.Tensor, copies: int) -> torch.Tensor:
 def step_subset(steps: dict, batch: dict, count: int) -> tuple[dict, dict]:
     """``count`` of the T stored steps drawn uniformly without replacement (in order), of the rollout's
     ``steps`` and ``batch`` [T, ...] (--step-fraction): the loss over them is an unbiased estimate."""
-    stored = next(iter(batch.values())).shape[0]
-    at = torch.randperm(stored)[:count].sort().values.to(next(iter(batch.values())).device)
+    first = next(iter(batch.values()))
+    at = torch.randperm(first.shape[0])[:count].sort().values.to(first.device)
     return ({key: value.index_select(0, at) for key, value in steps.items()},
             {key: value.index_select(0, at) for key, value in batch.items()})  # fmt: skip
 
