@@ -29,7 +29,7 @@ from ppoor.envs import ENV_VARIANTS, VECTOR_ENVS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import CheckpointError, compiler_problem
 from ppoor.search.decoding import BEAM, DECODES, SAMPLED
-from ppoor.search.polish import POLISHED, polish
+from ppoor.search.polish import MAX_POLISH, POLISHED, polish
 from ppoor.search.solver import Model, variants_of
 from ppoor.solvers.references import pyvrp
 from ppoor.training.runs import (
@@ -102,10 +102,17 @@ class Args:
     (PDP by OR-Tools routing, OP and PCTSP by CP-SAT); optional extras"""
     solver_seconds: float = 1.0
     """pyvrp and ortools: time limit per instance"""
-    polish: bool = False
-    """also polish the decoded solutions (search.polish: TSP by 2-opt; CVRP, the VRP variants, MRCVRP and PCVRP by
-    PyVRP's local search, from generated and .npz instances) and print them as a row of their own, so that
-    the network's own tours stay visible"""
+    polish: Literal["files", "all", "none"] = "files"
+    """polish the decoded solutions (search.polish: TSP by 2-opt and or-opt; CVRP, the VRP variants, MRCVRP and
+    PCVRP by PyVRP's local search) and print them as a row of their own, so that the network's own solutions
+    stay visible: files (TSPLIB / CVRPLIB / Solomon files, not generated or .npz data), all, or none"""
+    polish_seconds: float | None = 1.0
+    """the polish's iterated local search per instance, in seconds per 200 nodes (from the decoded solution:
+    2-opt and or-opt after double-bridge kicks for TSP, PyVRP's iterated local search for the others);
+    None: stop at the first local optimum"""
+    distance_prior: float | None = None
+    """beta of the decoder's prior toward near nodes (models.attention_model.distance_bias; 0 turns it off);
+    None: the model's own"""
     reencode: bool = False
     """re-run the encoder at every step (the original RLOR evaluation; for comparison only)"""
     compile: bool = False
@@ -139,6 +146,8 @@ LIMITS = {
     "batch_size": (1, math.inf),
     "seed": (0, MAX_SEED),
     "solver_seconds": (0.01, MAX_SECONDS),
+    "polish_seconds": (0.001, MAX_POLISH),
+    "distance_prior": (0.0, 100.0),
     "threads": (1, MAX_THREADS),
     "plot_instances": (1, 100),
 }
@@ -166,6 +175,11 @@ def check_args(args: Args) -> None:
 
 
 PLOT_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+
+
+def files(data: str) -> bool:
+    """Whether ``data`` names TSPLIB / CVRPLIB / Solomon files (one, or a folder), which are polished by default."""
+    return data not in STANDARD_SETS and not data.lower().endswith(".npz")
 
 
 def benchmark_class(name: str) -> str | None:
@@ -202,13 +216,20 @@ def main(args: Args, given: set[str] | None = None) -> None:
         )
         if os.path.isdir(args.checkpoint):
             print(f"using {model.path} (the latest checkpoint of {args.checkpoint})", flush=True)
-        if args.polish and model.problem not in POLISHED:
+        if args.polish == "all" and model.problem not in POLISHED:
             raise ValueError(
-                f"--polish polishes {', '.join(p.upper() for p in POLISHED)} solutions; this is a "
+                f"--polish all: the polish takes {', '.join(p.upper() for p in POLISHED)} solutions; this is a "
                 f"{model.problem.upper()} model"
             )
-        if args.polish and model.problem != "tsp":
-            pyvrp()  # the local search's solver, before any decoding (an ImportError that says how to install it)
+        polishing = args.polish == "all" or (args.polish == "files" and files(args.data) and model.problem in POLISHED)
+        if polishing and model.problem != "tsp":
+            try:
+                pyvrp()  # the local search's solver, before any decoding (an ImportError that says how to install it)
+            except ImportError as exc:
+                if args.polish == "all":
+                    raise
+                print(f"not polished: {exc} (or --polish none)")
+                polishing = False
         total = args.num_instances if args.data in STANDARD_SETS and args.num_instances else None
         with tqdm(total=total, desc=f"{args.decode} x{args.augment}", unit="inst", disable=None) as progress:
             solutions = model.solve(
@@ -231,6 +252,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
                 top_k=args.top_k,
                 top_p=args.top_p,
                 beam_width=args.beam_width,
+                distance_prior=args.distance_prior,
             )
     except (CheckpointError, DataError, ValueError, ImportError) as exc:
         sys.exit(f"error: {exc}")
@@ -256,8 +278,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
         f"{'instances':>10} {'decode':>28} {COST_NAMES.get(problem, 'mean length'):>12} {'mean gap':>9} {'time':>9} {'per inst.':>10}"
     )
     rows = [(decoding, solutions)]
-    if args.polish:
-        polished = polish(solutions)
+    if polishing:
+        polished = polish(solutions, args.polish_seconds, args.seed)
         rows.append((decoding + polished.decode.removeprefix(solutions.decode), polished))
     for label, row in rows:
         gap_text = f"{row.mean_gap:8.3f}%" if row.mean_gap is not None else f"{'-':>9}"
@@ -291,7 +313,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         if mean_gap is not None:
             out.update(mean_gap=mean_gap, gaps=[float(g) if np.isfinite(g) else None for g in gaps])
             out["references"] = [float(r) if np.isfinite(r) else None for r in references]
-        if args.polish:
+        if polishing:
             out["polished"] = {"lengths": polished.lengths.tolist(), "mean_gap": polished.mean_gap,
                                "seconds": polished.seconds, "tours": [t.tolist() for t in polished.tours]}  # fmt: skip
         write_json(args.output, out, indent=None)

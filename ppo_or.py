@@ -62,7 +62,12 @@ class Args:
     env_id: Literal[tuple(ENV_IDS)] = "tsp-v0"  # the registered ids, listed by --help
     """the environment"""
     num_nodes: int = 50
-    """nodes per instance (TSP) or customers per instance (the depots are extra)"""
+    """nodes per instance (TSP) or customers per instance (the depots are extra); with --max-nodes the smallest"""
+    max_nodes: int | None = None
+    """TSP, CVRP: draw each rollout's size from --num-nodes..--max-nodes (models for files of many sizes)"""
+    distribution: Literal["uniform", "clustered", "mixed", "x"] = "uniform"
+    """TSP, CVRP: the training instances (envs.distributions): Kool's uniform, Gaussian clusters, a mix; x: (CVRP)
+    the families of the X benchmark's generator"""
     total_timesteps: int = 626_688_000
     """total instance-steps of the run (12,000 rollouts of TSP50 at 1024 x 51 steps)"""
     learning_rate: float | None = None
@@ -120,6 +125,8 @@ class Args:
     it (the cure of small minibatches' relapses); False: all instances at once (the rlor preset)"""
     encoder_cache: bool = True
     """encode each instance once per rollout; False re-encodes at every step (a benchmark baseline)"""
+    distance_prior: float = 0.0
+    """beta of the decoder's prior toward near nodes (models.attention_model.distance_bias); 0: none"""
     amp: bool = False
     """bf16 autocast of the model on a CUDA GPU"""
     compile: bool = False
@@ -135,6 +142,8 @@ class Args:
     """evaluate greedy and multi-greedy decoding on the validation set every this many iterations; 0 disables"""
     eval_instances: int = 1000
     """instances of the validation set (seed 4321) the periodic evaluation decodes"""
+    eval_nodes: int | None = None
+    """size of the validation instances (and the model's default test size); None: --num-nodes"""
     eval_batch_size: int = 250
     """instances decoded at once by the periodic evaluation"""
     resume: str | None = None
@@ -269,13 +278,13 @@ def ppo_update(
 
 
 def rollout(
-    agent: Agent, envs, wrapper: StateWrapper, obs: dict, episode: dict, start_actions: torch.Tensor, args: Args,
-    autocast,
+    agent: Agent, envs, wrapper: StateWrapper, obs: dict, episode: dict, args: Args, autocast,
 ) -> tuple[routing.Rollout, dict]:  # fmt: skip
     """Steps the envs from ``obs`` for --num-steps steps or to the end of their episodes, decoding from one
     encoding; adds the rewards to ``episode``'s ``return`` and ``length`` [M, N]. Returns (rollout, next obs)."""
     critic = args.baseline == "critic"
     env = envs.unwrapped
+    start_actions = wrapper.tensor(env.start_actions)  # (with --max-nodes, of this rollout's size)
     static = wrapper.static(obs)
     states, actions, logprobs, values, rewards, dones, alive, weights = ([] for _ in range(8))
     env_steps = 0
@@ -361,12 +370,12 @@ def main(args: Args, given: set[str] | None = None) -> None:
 
     # env setup: each process steps num_envs instances of its own
     envs = gym.make_vec(args.env_id, num_envs=args.num_envs, vectorization_mode="vector_entry_point",
-                        num_nodes=args.num_nodes, n_traj=args.n_traj)  # fmt: skip
+                        **routing.env_options(args))  # fmt: skip
+    sizes_drawn = (args.num_nodes, args.max_nodes) if args.max_nodes else None
     wrapper = StateWrapper(problem, device)
     val_data, val_references = routing.validation_set(args) if args.eval_interval and rank == 0 else (None, None)
-    start_actions = torch.as_tensor(envs.unwrapped.start_actions, device=device)
 
-    agent = Agent(problem).to(device)
+    agent = Agent(problem, distance_prior=args.distance_prior).to(device)
     if init:
         agent.load_state_dict(init["model"])
     if args.compile:
@@ -375,10 +384,10 @@ def main(args: Args, given: set[str] | None = None) -> None:
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     next_obs, _ = envs.reset(seed=args.seed + rank)  # seeds the env's generator
     if args.train_augment > 1:
-        next_obs = routing.new_episodes(envs, args.train_augment)
+        next_obs = routing.new_episodes(envs, args.train_augment, sizes_drawn)
     if ckpt:
         routing.restore(ckpt, agent, optimizer, envs, rank, device)
-        next_obs = routing.new_episodes(envs, args.train_augment)  # the episode in progress at the checkpoint starts afresh
+        next_obs = routing.new_episodes(envs, args.train_augment, sizes_drawn)  # the episode in progress at the checkpoint starts afresh
     run = Run(args, f"{args.env_id}__{args.exp_name}__{args.seed}", ckpt, rank, world_size, device)
     routing.announce(run, args, sizes, world_size, device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)
@@ -391,9 +400,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
         # rollout: encode each instance once, decode every step from the cache
         rollout_start = time.time()
         if envs.unwrapped.terminated.all():
-            next_obs = routing.new_episodes(envs, args.train_augment)
+            next_obs = routing.new_episodes(envs, args.train_augment, sizes_drawn)
             episode["return"][:], episode["length"][:] = 0, 0
-        data, next_obs = rollout(agent, envs, wrapper, next_obs, episode, start_actions, args, autocast)
+        data, next_obs = rollout(agent, envs, wrapper, next_obs, episode, args, autocast)
         # instance-steps of every process (CVRP rollouts end at different steps on each)
         run.global_step += int(parallel.all_sum(torch.tensor(data.env_steps * args.num_envs, device=device)).item())
         episode["done"] = envs.unwrapped.terminated.all()

@@ -10,7 +10,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
-from ppoor.envs.instances import check_instances, random_instances
+from ppoor.envs.distributions import DISTRIBUTIONS, draw
+from ppoor.envs.instances import check_instances
 
 
 class RoutingVectorEnv(VectorEnv):
@@ -28,16 +29,27 @@ class RoutingVectorEnv(VectorEnv):
     problem = ""
     trajectory_state = ("terminated", "_pos_x", "_pos_y", "unvisited", "last_node", "action_mask")
 
-    def __init__(self, num_envs: int = 1, num_nodes: int = 50, n_traj: int = 1):
+    def __init__(self, num_envs: int = 1, num_nodes: int = 50, n_traj: int = 1, distribution: str = "uniform"):
+        """``distribution``: what ``reset`` draws (``envs.distributions``: TSP and CVRP have several)."""
         for name, value, low in (("num_envs", num_envs, 1), ("num_nodes", num_nodes, 2), ("n_traj", n_traj, 1)):
             if int(value) != value or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        self.num_envs, self.num_nodes, self.n_traj = int(num_envs), int(num_nodes), int(n_traj)
+        if distribution not in (known := DISTRIBUTIONS.get(self.problem, ("uniform",))):
+            raise ValueError(f"distribution must be one of {', '.join(known)} for {self.problem}, got {distribution!r}")
+        self.num_envs, self.n_traj, self.distribution = int(num_envs), int(n_traj), distribution
         self.rng = np.random.default_rng()
         self.static: dict = {}
         self.terminated = np.zeros((self.num_envs, self.n_traj), dtype=bool)
         self._rows = np.arange(self.num_envs)[:, None]
         self._cols = np.arange(self.n_traj)[None, :]
+        self.resize(num_nodes)
+
+    def resize(self, num_nodes: int) -> None:
+        """Makes the next ``reset`` draw instances of ``num_nodes`` nodes (mixed-size training); the
+        episodes in progress end."""
+        if int(num_nodes) != num_nodes or num_nodes < 2:
+            raise ValueError(f"num_nodes must be an integer >= 2, got {num_nodes!r}")
+        self.num_nodes, self.static = int(num_nodes), {}
         self.single_observation_space = self._space(())
         self.observation_space = self._space((self.num_envs,))
         self.single_action_space = gym.spaces.MultiDiscrete(np.full(self.n_traj, self.num_actions))
@@ -67,7 +79,7 @@ class RoutingVectorEnv(VectorEnv):
 
     def random_instances(self, count: int) -> dict:
         """``count`` instances of the env's distribution, drawn from its generator ``rng``."""
-        return random_instances(self.problem, self.rng, count, self.num_nodes)
+        return draw(self.problem, self.rng, count, self.num_nodes, self.distribution)
 
     def check_instances(self, options: dict) -> dict:
         """Validates fixed instances given to ``reset``; returns the static arrays."""

@@ -142,13 +142,15 @@ class AttentionModel(nn.Module):
         num_layers: int = 3,
         ff_hidden: int = 512,
         tanh_clipping: float = 10.0,
+        distance_prior: float = 0.0,
     ):
+        """``distance_prior``: beta of ``distance_bias`` (0: none), a setting of the model that decoding may change."""
         super().__init__()
         if problem not in PROBLEM_MODULES:
             raise ValueError(f"problem must be one of {sorted(PROBLEM_MODULES)}, got {problem!r}")
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
-        self.problem = problem
+        self.problem, self.distance_prior = problem, check_prior(distance_prior)
         embedding_cls, context_cls = PROBLEM_MODULES[problem]
         self.embedding = embedding_cls(embed_dim)
         self.encoder = nn.Sequential(*(EncoderLayer(embed_dim, num_heads, ff_hidden) for _ in range(num_layers)))
@@ -172,6 +174,8 @@ class AttentionModel(nn.Module):
         ``with_value``)."""
         query = cache.graph_context + self.context(cache, state, self.decoder.project_context.weight)
         logits, heads = self.decoder(cache, query, state["action_mask"], self.embedding.dynamic(state))
+        if self.distance_prior:
+            logits = logits + distance_bias(state, self.distance_prior).to(logits.dtype)
         return logits, self.value(heads) if with_value else None
 
     def value(self, heads: torch.Tensor) -> torch.Tensor:
@@ -180,6 +184,30 @@ class AttentionModel(nn.Module):
         first, _, last = self.critic
         hidden = F.relu(F.linear(heads, first.weight @ self.decoder.glimpse_out.weight, first.bias))
         return last(hidden).squeeze(-1)
+
+
+def check_prior(beta: float) -> float:
+    """``beta`` as a float, refused unless finite and at least 0."""
+    if isinstance(beta, bool) or not isinstance(beta, int | float) or not math.isfinite(beta) or beta < 0:
+        raise ValueError(f"distance_prior must be a finite number >= 0, got {beta!r}")
+    return float(beta)
+
+
+def distance_bias(state: dict, beta: float) -> torch.Tensor:
+    """A prior toward near nodes, added to the logits: -beta * log(d * sqrt(A) + 1e-3) [B, N, A], with d
+    the distance from each trajectory's current node (``last_node`` [B, N]) to every action's point
+    (the depot(s) first, then ``coords``), in units of the mean spacing of A points in the unit square;
+    0 before a TSP tour's first node. Locality that does not depend on the size: it carries a model
+    to instances larger and more clustered than its training set (as distance-aware attention
+    reshaping does, Wang et al. 2024)."""
+    depots = state.get("depots", state["depot"][:, None] if "depot" in state else None)
+    points = state["coords"] if depots is None else torch.cat([depots, state["coords"]], dim=1)  # [B, A, 2]
+    current = points.gather(1, state["last_node"][..., None].expand(-1, -1, 2))  # [B, N, 2]
+    spacing = math.sqrt(points.shape[1])
+    bias = -beta * torch.log(torch.cdist(current.float(), points.float()) * spacing + 1e-3)
+    if "is_initial_action" in state:
+        bias = bias.masked_fill(state["is_initial_action"][..., None], 0.0)
+    return bias
 
 
 def single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:

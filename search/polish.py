@@ -4,10 +4,12 @@
 (reverse the segment between two edges when the two new edges are shorter) until none improves;
 ``or_opt`` moves a segment of one to three nodes to another edge, forwards or reversed;
 ``tsp_local_search`` alternates them to a local optimum of both. Each pass scores every move of
-its kind at once with numpy. ``local_search`` improves a CVRP, VRP
-variant, multi-resource or prize-collecting CVRP solution by PyVRP's local search (its operators
-on the granular neighbourhood, run to a local optimum, with prohibitive penalties so that it stays
-feasible) on the same PyVRP model the references use. ``polish`` applies them to every solution of
+its kind at once with numpy. ``tsp_iterated_search`` repeats it from double-bridge kicks of the best
+tour for a time budget. ``local_search`` improves a CVRP, VRP variant, multi-resource or
+prize-collecting CVRP solution by PyVRP's local search (its operators on the granular
+neighbourhood, run to a local optimum, with prohibitive penalties so that it stays feasible) on the
+same PyVRP model the references use; ``iterated_search`` runs PyVRP's iterated local search
+(``pyvrp.solve``) from the solution for a time budget. ``polish`` applies them to every solution of
 a ``search.solver.Solutions`` and returns new ``Solutions`` whose costs the data's checker
 recomputes (an infeasible or costlier result keeps the decoded solution), so that both rows can be
 shown.
@@ -25,6 +27,9 @@ from ppoor.solvers.references import depot_actions, pyvrp, pyvrp_model, vrp_acti
 EPS = 1e-9  # a move must shorten the tour by more than this
 POLISHED = ("tsp", "cvrp", "mtvrp", "mrcvrp", "pcvrp")  # the problems ``polish`` takes
 PENALTY = 1e9  # PyVRP's cost of a unit of excess load, time warp or excess distance: never worth it
+KICK_SPAN = 50  # a double-bridge kick cuts the tour within this many consecutive positions
+PER_NODES = 200  # polish budgets are given in seconds per this many nodes
+MAX_POLISH = 3600.0  # the longest budget per 200 nodes polish takes
 
 
 def two_opt(dist: np.ndarray, tour: np.ndarray, max_moves: int = 100_000) -> np.ndarray:
@@ -96,6 +101,35 @@ def tsp_local_search(dist: np.ndarray, tour: np.ndarray, max_moves: int = 100_00
         tour = better
 
 
+def double_bridge(tour: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``tour`` with three consecutive segments A B C, cut within ``KICK_SPAN`` positions from a random
+    start, reordered A C B: the move 2-opt and or-opt cannot undo in one step."""
+    n = len(tour)
+    tour = np.roll(tour, -int(rng.integers(n)))
+    a, b, c = np.sort(rng.choice(np.arange(1, min(n, KICK_SPAN)), size=3, replace=False))
+    return np.concatenate([tour[:a], tour[b:c], tour[a:b], tour[c:]])
+
+
+def tsp_iterated_search(
+    dist: np.ndarray, tour: np.ndarray, seconds: float, rng: np.random.Generator, max_moves: int = 100_000
+) -> np.ndarray:
+    """Iterated local search: ``tsp_local_search`` from ``tour``, then from double-bridge kicks of the
+    best tour found, keeping a kicked tour when it is shorter, until ``seconds`` have passed (the first
+    local search always runs). Never longer than ``tour``."""
+    deadline = time.perf_counter() + seconds
+
+    def length(t):
+        return float(dist[t, np.roll(t, -1)].sum())
+
+    best = tsp_local_search(dist, tour, max_moves)
+    best_length = length(best)
+    while len(best) >= 8 and time.perf_counter() < deadline:
+        candidate = tsp_local_search(dist, double_bridge(best, rng), max_moves)
+        if (candidate_length := length(candidate)) < best_length - EPS:
+            best, best_length = candidate, candidate_length
+    return best
+
+
 def routes_of(tour: np.ndarray, k: int) -> list[tuple[int, list[int]]]:
     """The routes of ``tour`` (actions: depots 0..k-1, customers from k; a depot action after
     customers ends a route, one before any starts the next route there): (depot, customers)."""
@@ -133,20 +167,47 @@ def local_search(dataset, index: int, tour: np.ndarray, seed: int = 0) -> np.nda
     return vrp_actions(better, k) if dataset.problem == "mtvrp" else depot_actions(better)
 
 
-def polish(solutions, max_moves: int = 100_000):
-    """``solutions`` with every solution polished: TSP tours by 2-opt and or-opt (``tsp_local_search``)
-    on the instance's distances in reported units (at most ``max_moves`` moves per pass), the others
-    by ``local_search``. Costs are
-    recomputed by the data's checker (``Dataset.reported_length``; a CVRP solution is validated
-    first), and a polished solution that is not cheaper keeps the decoded one; ``seconds`` is the
-    polish's own time, ``decode`` named ``<decode> + 2-opt + or-opt`` or ``<decode> + local search``."""
+def iterated_search(dataset, index: int, tour: np.ndarray, seconds: float, seed: int = 0) -> np.ndarray:
+    """PyVRP's iterated local search (``pyvrp.solve``) started from ``tour`` (actions) of instance ``index``
+    of ``dataset`` for ``seconds``; the actions of its best solution, or ``tour`` where that is not
+    feasible."""
+    vrp = pyvrp()
+    from pyvrp.stop import MaxRuntime
+
+    model, k = pyvrp_model(dataset, index)
+    data = model.data()
+    client = vrp.ActivityType.CLIENT
+    routes = [vrp.Route(data, [vrp.Activity(client, c - k) for c in customers], depot)
+              for depot, customers in routes_of(tour, k)]  # fmt: skip
+    best = vrp.solve(data, MaxRuntime(seconds), seed=seed, display=False, initial_solution=vrp.Solution(data, routes)).best
+    if not best.is_feasible():
+        return np.asarray(tour)
+    return vrp_actions(best, k) if dataset.problem == "mtvrp" else depot_actions(best)
+
+
+def polish(solutions, seconds: float | None = None, seed: int = 0, max_moves: int = 100_000):
+    """``solutions`` with every solution polished. Without ``seconds``: to a local optimum, TSP tours by
+    2-opt and or-opt (``tsp_local_search``, at most ``max_moves`` moves per pass) on the instance's
+    distances in reported units, the others by ``local_search``. With ``seconds`` (per 200 nodes, so an
+    instance of n nodes gets seconds x n / 200): iterated local search from each solution
+    (``tsp_iterated_search``, ``iterated_search``; seeded by ``seed``). Costs are recomputed by the
+    data's checker (``Dataset.reported_length``; a CVRP solution is validated first), and a polished
+    solution that is not cheaper keeps the decoded one; the result's ``seconds`` is the polish's own
+    time, ``decode`` named ``<decode> + 2-opt + or-opt`` or ``<decode> + local search`` (``+ ILS <s>
+    s/200 nodes`` with a budget)."""
+    if seconds is not None and not (isinstance(seconds, int | float) and 0 < seconds <= MAX_POLISH):
+        raise ValueError(f"the polish's seconds per {PER_NODES} nodes must be in (0, {MAX_POLISH:g}], got {seconds!r}")
     start = time.perf_counter()
+    rng = np.random.default_rng(seed)
     tours, lengths = [], []
     for group, i, tour, length in solutions.items():
-        if group.problem == "tsp":
+        budget = None if seconds is None else seconds * group.num_nodes / PER_NODES
+        if group.problem == "tsp" and budget is None:
             better = tsp_local_search(group.distance_matrix(i), tour, max_moves)
+        elif group.problem == "tsp":
+            better = tsp_iterated_search(group.distance_matrix(i), tour, budget, rng, max_moves)
         else:
-            better = local_search(group, i, tour)
+            better = local_search(group, i, tour) if budget is None else iterated_search(group, i, tour, budget, seed)
             if group.problem == "cvrp":  # (the cost of the other problems validates the solution)
                 validate_tour("cvrp", better, group.num_nodes, group.instances["demand"][i])
         cost = group.reported_length(i, better)
@@ -154,6 +215,7 @@ def polish(solutions, max_moves: int = 100_000):
         tours.append(tour if keep else better)
         lengths.append(length if keep else cost)
     name = "2-opt + or-opt" if all(group.problem == "tsp" for group in solutions.groups) else "local search"
+    name += "" if seconds is None else f" ILS {seconds:g} s/{PER_NODES} nodes"
     return replace(
         solutions,
         tours=tours,

@@ -28,6 +28,7 @@ from ppoor.data.datasets import STANDARD_SETS, DataError, Dataset, check_referen
 from ppoor.envs import ENV_IDS, ENV_VARIANTS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import compile_step, latest_checkpoint, load_agent
+from ppoor.models.attention_model import check_prior
 from ppoor.search.decoding import DECODES, MULTI_START, trajectories
 from ppoor.search.decoding import decode as decode_instances
 from ppoor.solvers.references import SOLVERS, solve_reference
@@ -125,6 +126,7 @@ class Model:
         top_k: int | None = None,
         top_p: float | None = None,
         beam_width: int = 4,
+        distance_prior: float | None = None,
     ) -> Solutions:
         """Decodes every instance of ``data`` and keeps its best solution.
 
@@ -139,8 +141,27 @@ class Model:
         set takes the lengths shipped for it, where any; ``reference_solver`` (lkh, pyvrp, ortools,
         ``solver_seconds`` each) computes them instead. ``progress`` is called with the number of
         instances done after each batch. ``reencode`` re-runs the encoder every step (comparison only).
+        ``distance_prior``: beta of the decoder's prior toward near nodes
+        (``models.attention_model.distance_bias``) for this call; None keeps the model's own.
         """
         self.check_options(decode, augment, num_instances, num_nodes, variant, reference_solver)
+        own = self.agent.distance_prior
+        if distance_prior is not None:
+            self.agent.distance_prior = check_prior(distance_prior)
+        try:
+            return self.decode_all(
+                data, decode, augment, num_starts, num_samples, batch_size, seed, num_instances, num_nodes,
+                variant, references, reference_solver, solver_seconds, reencode, progress, temperature, top_k,
+                top_p, beam_width,
+            )  # fmt: skip
+        finally:
+            self.agent.distance_prior = own
+
+    def decode_all(
+        self, data, decode, augment, num_starts, num_samples, batch_size, seed, num_instances, num_nodes, variant,
+        references, reference_solver, solver_seconds, reencode, progress, temperature, top_k, top_p, beam_width,
+    ) -> Solutions:  # fmt: skip
+        """``solve`` with the model as it is (its arguments checked)."""
 
         def check_memory(nodes: int, instances: int) -> None:
             count = trajectories(decode, num_starts or nodes + 1, num_samples, beam_width)

@@ -367,7 +367,7 @@ def test_malformed_cvrplib_files_fail_with_one_line(tmp_path, old, new):
 def test_polish_prints_its_own_row_and_writes_its_tours(tmp_path, small_checkpoints, capsys):
     """eval.py --polish: the decoded row and the 2-opt row, both in the JSON; the polished tours are
     valid tours never longer than the decoded ones; a PDP model (no polish) is refused before decoding."""
-    result = run(tmp_path, "--checkpoint", str(small_checkpoints["tsp"]), "--num-instances", "12", "--polish")
+    result = run(tmp_path, "--checkpoint", str(small_checkpoints["tsp"]), "--num-instances", "12", "--polish", "all")
     out = capsys.readouterr().out
     assert "greedy + 2-opt + or-opt" in out
     data = kool_dataset("tsp", 10, "test", 12)
@@ -375,8 +375,8 @@ def test_polish_prints_its_own_row_and_writes_its_tours(tmp_path, small_checkpoi
     for i, (tour, length) in enumerate(zip(polished["tours"], polished["lengths"], strict=True)):
         assert length == pytest.approx(check_tsp_actions(tour + tour[:1], data["coords"][i]), abs=1e-9)
         assert length <= result["lengths"][i] + 1e-9
-    with pytest.raises(SystemExit, match="--polish polishes TSP, CVRP, MTVRP, MRCVRP, PCVRP solutions; this is a PDP"):
-        run(tmp_path, "--checkpoint", "families/pdp20", "--num-instances", "2", "--polish")
+    with pytest.raises(SystemExit, match="--polish all: the polish takes TSP, CVRP, MTVRP, MRCVRP, PCVRP solutions; this is a PDP"):
+        run(tmp_path, "--checkpoint", "families/pdp20", "--num-instances", "2", "--polish", "all")
 
 
 def test_compile_without_a_cxx_compiler_fails_in_one_line_before_loading(small_checkpoints):
@@ -391,6 +391,6 @@ def test_compile_without_a_cxx_compiler_fails_in_one_line_before_loading(small_c
 def test_the_vrp_polish_without_pyvrp_fails_in_one_line_before_decoding(small_checkpoints, monkeypatch):
     """The installed wheel without PyVRP printed a traceback after decoding; now one line, first."""
     monkeypatch.setitem(sys.modules, "pyvrp", None)  # import pyvrp raises ImportError
-    message = fails("--checkpoint", str(small_checkpoints["cvrp"]), "--num-instances", "2", "--polish")
+    message = fails("--checkpoint", str(small_checkpoints["cvrp"]), "--num-instances", "2", "--polish", "all")
     assert message.startswith("error: PyVRP is needed here") and "pip install pyvrp" in message
     assert "\n" not in message

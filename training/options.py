@@ -11,6 +11,7 @@ from dataclasses import asdict, replace
 
 import torch
 from ppoor.envs import ENV_IDS, EnvSizes, env_sizes
+from ppoor.envs.distributions import DISTRIBUTIONS
 from ppoor.envs.instances import KOOL_SET_SIZE
 from ppoor.envs.vrp import TEST_SET_SIZE
 from ppoor.models import compiler_problem
@@ -37,6 +38,9 @@ LIMITS = {
     **PPO_LIMITS,
     "threads": (1, MAX_THREADS),
     "num_nodes": (2, 100_000),
+    "max_nodes": (2, 100_000),
+    "eval_nodes": (2, 100_000),
+    "distance_prior": (0.0, 100.0),
     "minibatch_size": (1, math.inf),
     "update_chunk": (1, math.inf),
     "num_envs": (1, math.inf),
@@ -54,7 +58,7 @@ LIMITS = {
 
 RESUME_OVERRIDES = (
     "total_timesteps", "update_chunk", "total_seconds", "checkpoint_interval", "checkpoint_seconds",
-    "eval_interval", "eval_instances", "eval_batch_size", "threads", "cuda", "track", "wandb_project_name",
+    "eval_interval", "eval_instances", "eval_batch_size", "eval_nodes", "threads", "cuda", "track", "wandb_project_name",
     "wandb_entity", "amp", "compile",
 )  # fmt: skip
 """The fields a resumed run may change; any other field given with --resume must equal the checkpoint's."""
@@ -71,15 +75,16 @@ def parse_args(cls, argv: list[str]) -> tuple:
     return parse_with_presets(cls, presets(cls), "ppo-or", argv)
 
 
-def env_size(args) -> EnvSizes:
-    """The sizes of --env-id at --num-nodes (``envs.env_sizes``); a size below 2, which ``check_args``
-    refuses, is not probed. Exits with one line when the env cannot take the size."""
-    if args.num_nodes < 2:
-        return EnvSizes(args.num_nodes, args.num_nodes + 1, args.num_nodes + 1)
+def env_size(args, num_nodes: int | None = None) -> EnvSizes:
+    """The sizes of --env-id at ``num_nodes`` (default --num-nodes; ``envs.env_sizes``); a size below
+    2, which ``check_args`` refuses, is not probed. Exits with one line when the env cannot take the size."""
+    num_nodes = args.num_nodes if num_nodes is None else num_nodes
+    if num_nodes < 2:
+        return EnvSizes(num_nodes, num_nodes + 1, num_nodes + 1)
     try:
-        return env_sizes(args.env_id, args.num_nodes)
+        return env_sizes(args.env_id, num_nodes)
     except ValueError as exc:
-        sys.exit(f"error: --env-id {args.env_id} --num-nodes {args.num_nodes}: {exc}")
+        sys.exit(f"error: --env-id {args.env_id} --num-nodes {num_nodes}: {exc}")
 
 
 LARGE = 50
@@ -120,6 +125,13 @@ def check_args(args, starts: int) -> None:
     if args.baseline == "shared" and args.n_traj * args.train_augment < 2:
         problems.append("--baseline shared needs at least 2 trajectories per instance (--n-traj x --train-augment)")
     val_size = KOOL_SET_SIZE if ENV_IDS[args.env_id] in ("tsp", "cvrp") else TEST_SET_SIZE
+    problem = ENV_IDS[args.env_id]
+    if args.distribution not in (known := DISTRIBUTIONS.get(problem, ("uniform",))):
+        problems.append(f"--distribution {args.distribution}: --env-id {args.env_id} draws {' / '.join(known)}")
+    if args.max_nodes is not None and problem not in DISTRIBUTIONS:
+        problems.append(f"--max-nodes: mixed sizes are drawn for {' and '.join(DISTRIBUTIONS)}, not --env-id {args.env_id}")
+    elif args.max_nodes is not None and args.max_nodes < args.num_nodes:
+        problems.append(f"--max-nodes {args.max_nodes} is below --num-nodes {args.num_nodes} (the smallest size)")
     if args.eval_instances > val_size:
         problems.append(f"--eval-instances must be in 1..{val_size} (the validation set), got {args.eval_instances}")
     fail(problems)
@@ -128,7 +140,8 @@ def check_args(args, starts: int) -> None:
 def resolve_args(args, given: set[str] | None = None) -> tuple:
     """The settings ``main`` can trust: a resumed run's own (``given``: the fields given on the command
     line), defaults that depend on the env filled in, every range and combination checked. Returns
-    (settings, the checkpoint resumed from or None, the env's sizes, --init-from's weights or None);
+    (settings, the checkpoint resumed from or None, the env's sizes at the largest size, --init-from's
+    weights or None);
     exits with one line naming the argument otherwise."""
     ckpt = None
     if args.resume:
@@ -142,6 +155,8 @@ def resolve_args(args, given: set[str] | None = None) -> tuple:
     sizes = env_size(args)
     args = with_defaults(args, sizes.starts)
     check_args(args, sizes.starts)
+    if args.max_nodes:  # the memory and the episode length of the largest instances
+        sizes = env_size(args, args.max_nodes)
     problems = []
     if args.track and (problem := wandb_problem()):
         problems.append(f"--track: {problem}")

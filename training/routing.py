@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 from ppoor.envs import ENV_IDS, ENV_VARIANTS, standard_dataset
+from ppoor.envs.distributions import random_size
 from ppoor.models import Agent, Cache, CheckpointError, latest_checkpoint, read_checkpoint
 from ppoor.search import augment, decode
 from ppoor.solvers.references import kool_references
@@ -108,8 +109,8 @@ def update_chunk(args, sizes, device: torch.device) -> int:
     (``run_memory``); exits with one line that says what to lower otherwise."""
     needed, chunk = run_memory(args, sizes, device)
     if too_big := memory_problem(needed, device, "this run"):
-        sys.exit(f"error: {too_big} (--num-envs {args.num_envs} x --n-traj {args.n_traj} at --num-nodes "
-                 f"{args.num_nodes}, updates of {chunk} instances at once: lower --num-envs or --update-chunk)")  # fmt: skip
+        sys.exit(f"error: {too_big} (--num-envs {args.num_envs} x --n-traj {args.n_traj} at "
+                 f"{args.max_nodes or args.num_nodes} nodes, updates of {chunk} instances at once: lower --num-envs or --update-chunk)")  # fmt: skip
     return chunk
 
 
@@ -135,15 +136,30 @@ def announce(run: Run, args, sizes, world_size: int, device: torch.device) -> No
 def validation_set(args) -> tuple[dict, np.ndarray | None]:
     """The periodic evaluation's instances (the first --eval-instances of the validation set, seed
     4321) and their reference lengths (shipped, or solved once into runs/references; None where no
-    solver is installed)."""
-    problem = ENV_IDS[args.env_id]
-    data = standard_dataset(problem, args.num_nodes, "val", args.eval_instances, ENV_VARIANTS.get(args.env_id))
-    return data, kool_references(problem, args.num_nodes, "val", args.eval_instances, "runs/references")
+    solver is installed), of --eval-nodes nodes."""
+    problem, size = ENV_IDS[args.env_id], eval_size(args)
+    data = standard_dataset(problem, size, "val", args.eval_instances, ENV_VARIANTS.get(args.env_id))
+    return data, kool_references(problem, size, "val", args.eval_instances, "runs/references")
 
 
-def new_episodes(envs, copies: int) -> dict:
+def eval_size(args) -> int:
+    """The size the run is validated at, and its model's default size for the standard sets: --eval-nodes,
+    else --num-nodes."""
+    return args.eval_nodes or args.num_nodes
+
+
+def env_options(args) -> dict:
+    """The arguments of ``gymnasium.make_vec`` for --env-id: the size, N, and --distribution where given."""
+    chosen = {"distribution": args.distribution} if args.distribution != "uniform" else {}
+    return {"num_nodes": args.num_nodes, "n_traj": args.n_traj, **chosen}
+
+
+def new_episodes(envs, copies: int, sizes: tuple[int, int] | None = None) -> dict:
     """Resets the vector env ``envs`` on fresh instances: M / ``copies`` drawn ones in ``copies``
-    symmetric copies each (``search.augment``); returns the first observation."""
+    symmetric copies each (``search.augment``), of a size drawn from ``sizes`` (low, high; the env's
+    generator draws it) where given; returns the first observation."""
+    if sizes is not None:
+        envs.unwrapped.resize(random_size(envs.unwrapped.rng, *sizes))
     if copies == 1:
         return envs.reset()[0]
     drawn = envs.unwrapped.random_instances(envs.unwrapped.num_envs // copies)
@@ -176,8 +192,8 @@ def training_state(run: Run, agent: Agent, optimizer, envs, args) -> dict:
         rng["cuda"] = torch.cuda.get_rng_state(run.device)
     return {
         "problem": agent.problem,
-        "num_nodes": args.num_nodes,
-        "model_config": {},
+        "num_nodes": eval_size(args),
+        "model_config": {"distance_prior": agent.distance_prior} if agent.distance_prior else {},
         "model": agent.state_dict(),
         "optimizer": optimizer.state_dict(),
         "args": asdict(args),

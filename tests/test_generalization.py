@@ -1,0 +1,243 @@
+"""Training and decoding for instances unlike the training set: the instance distributions
+(envs.distributions), mixed sizes, the decoder's distance prior and the timed polish."""
+
+import gymnasium as gym
+import numpy as np
+import ppoor
+import pytest
+from checks import check_cvrp_actions, check_tsp_actions
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ppoor.envs.distributions import DISTRIBUTIONS, draw
+from ppoor.envs.instances import check_instances
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    problem=st.sampled_from(["tsp", "cvrp"]),
+    distribution=st.sampled_from(["uniform", "clustered", "mixed", "x"]),
+    count=st.integers(1, 6),
+    nodes=st.integers(2, 60),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_every_distribution_draws_valid_reproducible_instances(problem, distribution, count, nodes, seed):
+    """Instances of every distribution pass the env's own checks (shapes, the unit square, demands in
+    (0, 1]); the same seed draws the same instances; a distribution a problem lacks is refused."""
+    if distribution not in DISTRIBUTIONS[problem]:
+        with pytest.raises(ValueError, match="can be drawn from"):
+            draw(problem, np.random.default_rng(seed), count, nodes, distribution)
+        return
+    first = draw(problem, np.random.default_rng(seed), count, nodes, distribution)
+    again = draw(problem, np.random.default_rng(seed), count, nodes, distribution)
+    check_instances(problem, first, count, nodes)
+    for key, value in first.items():
+        np.testing.assert_array_equal(value, again[key])
+    if distribution != "uniform":  # stretched into the square: every instance spans it along one side
+        points = first["coords"] if problem == "tsp" else np.concatenate([first["depot"][:, None], first["coords"]], 1)
+        span = (points.max(1) - points.min(1)).max(1)
+        assert np.allclose(span[span > 0], 1.0) and np.allclose(points.min(1).min(1), 0.0)
+
+
+@settings(max_examples=20, deadline=None)
+@given(count=st.integers(1, 8), nodes=st.integers(10, 120), seed=st.integers(0, 2**32 - 1))
+def test_x_instances_keep_their_route_sizes_and_demand_laws(count, nodes, seed):
+    """The X generator's capacity is ceil(r x mean demand) for a route size r in 3..25 (or the largest
+    demand, where that is more): an instance's load, in vehicles, is at most n / 3 and at least n / 26
+    (or n x mean / largest demand); its demands are integers 1..100 in proportion."""
+    x = draw("cvrp", np.random.default_rng(seed), count, nodes, "x")
+    load = x["demand"].sum(1)  # in vehicles
+    assert (load <= nodes / 3 + 1e-9).all()
+    largest_first = x["demand"].max(1)
+    ratio = x["demand"] / largest_first[:, None]  # demand / largest demand: j / k for integers 1..100
+    for row in ratio:
+        assert any(np.allclose(row * k, np.round(row * k), atol=1e-6) for k in range(1, 101))
+    assert (load >= np.minimum(nodes / 26, nodes * x["demand"].mean(1) / largest_first) - 1e-9).all()
+
+
+def test_clustered_points_lie_closer_together_than_uniform_ones():
+    """Gaussian clusters: each point's nearest neighbour is nearer than in uniform instances of the size."""
+    rng = np.random.default_rng(3)
+
+    def nearest(points):
+        d = np.linalg.norm(points[:, :, None] - points[:, None], axis=-1) + np.eye(points.shape[1]) * 9
+        return d.min(-1).mean()
+
+    uniform = nearest(draw("tsp", rng, 50, 100, "uniform")["coords"])
+    assert nearest(draw("tsp", rng, 50, 100, "clustered")["coords"]) < 0.7 * uniform
+    assert nearest(draw("tsp", rng, 50, 100, "mixed")["coords"]) < uniform
+
+
+@pytest.mark.parametrize("env_id", ["tsp-v0", "cvrp-v0"])
+def test_a_resized_env_draws_and_steps_instances_of_the_new_size(env_id):
+    """resize: the next reset draws the new size, spaces and start actions follow, episodes run to the end."""
+    env = gym.make_vec(env_id, num_envs=3, vectorization_mode="vector_entry_point", num_nodes=8, n_traj=2,
+                       distribution="clustered")  # fmt: skip
+    env.reset(seed=0)
+    for size in (13, 5):
+        env.unwrapped.resize(size)
+        obs, _ = env.reset()
+        assert obs["coords"].shape == (3, size, 2) and env.unwrapped.observation_space["coords"].shape == (3, size, 2)
+        assert len(env.unwrapped.start_actions) == size
+        rng = np.random.default_rng(size)
+        while not env.unwrapped.terminated.all():
+            mask = obs["action_mask"]
+            obs, *_ = env.step(np.array([[rng.choice(np.flatnonzero(m)) for m in row] for row in mask]))
+    with pytest.raises(ValueError, match="distribution must be one of uniform, clustered, mixed for tsp"):
+        gym.make_vec("tsp-v0", num_envs=1, vectorization_mode="vector_entry_point", distribution="x")
+
+
+def test_mixed_sizes_are_drawn_in_the_range_the_run_gives():
+    from ppoor.training.routing import new_episodes
+
+    env = gym.make_vec("tsp-v0", num_envs=8, vectorization_mode="vector_entry_point", num_nodes=6, n_traj=3)
+    env.reset(seed=1)
+    sizes = {new_episodes(env, 2, (6, 9))["coords"].shape[1] for _ in range(40)}
+    assert sizes == {6, 7, 8, 9}
+
+
+@settings(max_examples=10, deadline=None)
+@given(nodes=st.integers(4, 30), beta=st.sampled_from([100.0, 1000.0]), seed=st.integers(0, 2**16))
+def test_a_strong_distance_prior_steps_to_the_nearest_unvisited_node(nodes, beta, seed):
+    """The prior adds -beta x log(d x sqrt(n) + 1e-3) to logits that lie within 20 of each other, so each
+    greedy step goes to a node whose scaled distance is within exp(20 / beta) of the nearest unvisited
+    one's (checked here from the coordinates, step by step). The model's own beta is back after the call."""
+    model = ppoor.Model("tsp20")
+    points = np.random.default_rng(seed).random((nodes, 2))
+    result = model.solve(points[None], decode="greedy", distance_prior=beta)
+    assert model.agent.distance_prior == 0.0
+    tour = list(result.tours[0])
+    assert sorted(tour) == list(range(nodes))
+
+    def scaled(a, b):
+        return np.linalg.norm(points[a] - points[b]) * np.sqrt(nodes) + 1e-3
+
+    for step in range(1, nodes):
+        here, left = tour[step - 1], tour[step:]
+        nearest = min(scaled(here, j) for j in left)
+        assert scaled(here, tour[step]) <= np.exp(20 / beta) * nearest + 1e-9
+
+
+@settings(max_examples=20, deadline=None)
+@given(problem=st.sampled_from(["tsp", "cvrp", "mtvrp"]), b=st.integers(1, 3), n=st.integers(2, 9),
+       traj=st.integers(1, 4), beta=st.floats(0.1, 10.0), seed=st.integers(0, 2**16))  # fmt: skip
+def test_the_distance_bias_is_minus_beta_log_of_the_scaled_distance(problem, b, n, traj, beta, seed):
+    """distance_bias against the formula computed here from the points: the depot(s) first, then the
+    customers; the current node from last_node; zero at a TSP tour's first step."""
+    import torch
+    from ppoor.models.attention_model import distance_bias
+
+    rng = np.random.default_rng(seed)
+    coords = rng.random((b, n, 2))
+    state = {"coords": torch.tensor(coords)}
+    points = coords
+    if problem == "cvrp":
+        depot = rng.random((b, 2))
+        state["depot"], points = torch.tensor(depot), np.concatenate([depot[:, None], coords], 1)
+    elif problem == "mtvrp":
+        depots = rng.random((b, 2, 2))
+        state["depots"], points = torch.tensor(depots), np.concatenate([depots, coords], 1)
+    actions = points.shape[1]
+    last = rng.integers(0, actions, (b, traj))
+    state["last_node"] = torch.tensor(last)
+    if problem == "tsp":
+        initial = rng.random((b, traj)) < 0.3
+        state["is_initial_action"] = torch.tensor(initial)
+    bias = distance_bias(state, beta).numpy()
+    for i in range(b):
+        for j in range(traj):
+            d = np.linalg.norm(points[i] - points[i, last[i, j]], axis=1)
+            expected = -beta * np.log(d * np.sqrt(actions) + 1e-3)
+            if problem == "tsp" and initial[i, j]:
+                expected = np.zeros(actions)
+            np.testing.assert_allclose(bias[i, j], expected, rtol=1e-5, atol=1e-4)
+
+
+def test_the_distance_prior_is_refused_when_not_a_finite_non_negative_number():
+    model = ppoor.Model("tsp20")
+    for beta in (-1.0, float("nan"), float("inf"), "2"):
+        with pytest.raises(ValueError, match="distance_prior must be a finite number >= 0"):
+            model.solve(np.random.default_rng(0).random((1, 5, 2)), distance_prior=beta)
+    assert model.agent.distance_prior == 0.0
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(8, 40), seed=st.integers(0, 2**16))
+def test_the_iterated_tsp_search_returns_a_tour_never_longer_than_the_local_search(n, seed):
+    """Double-bridge kicks keep a permutation; the iterated search's tour is a permutation of the nodes,
+    never longer than the first local optimum it starts from."""
+    from ppoor.search.polish import double_bridge, tsp_iterated_search, tsp_local_search
+
+    rng = np.random.default_rng(seed)
+    points = rng.random((n, 2))
+    dist = np.linalg.norm(points[:, None] - points[None], axis=-1)
+    tour = rng.permutation(n)
+    kicked = double_bridge(tour, rng)
+    assert sorted(kicked.tolist()) == list(range(n)) and not np.array_equal(kicked, tour)
+    first = tsp_local_search(dist, tour)
+    better = tsp_iterated_search(dist, tour, 0.05, np.random.default_rng(seed))
+    assert sorted(better.tolist()) == list(range(n))
+    assert check_tsp_actions([*better, better[0]], points) <= check_tsp_actions([*first, first[0]], points) + 1e-9
+
+
+def test_the_timed_polish_is_feasible_never_costlier_and_names_its_budget():
+    """polish(seconds=...): TSP by the iterated search, CVRP by PyVRP's iterated local search from the
+    decoded routes; every solution passes the tests' checkers at its reported cost; bad budgets refused."""
+    from ppoor.search.polish import polish
+
+    rng = np.random.default_rng(5)
+    coords = rng.random((2, 40, 2))
+    decoded = ppoor.Model("tsp20").solve(coords)
+    polished = polish(decoded, seconds=0.5)
+    assert polished.decode == "greedy + 2-opt + or-opt ILS 0.5 s/200 nodes"
+    assert (polished.lengths <= decoded.lengths + 1e-9).all()
+    for tour, length, points in zip(polished.tours, polished.lengths, coords, strict=True):
+        assert check_tsp_actions([*tour, tour[0]], points) == pytest.approx(length, rel=1e-9)
+    data = {"depot": rng.random((2, 2)), "coords": rng.random((2, 30, 2)), "demand": rng.integers(1, 10, (2, 30)),
+            "capacity": 30}  # fmt: skip
+    decoded = ppoor.Model("cvrp20").solve(data)
+    polished = polish(decoded, seconds=0.5)
+    assert (polished.lengths <= decoded.lengths + 1e-9).all()
+    for b, (tour, length) in enumerate(zip(polished.tours, polished.lengths, strict=True)):
+        assert check_cvrp_actions(tour, data["depot"][b], data["coords"][b], data["demand"][b], 30) == pytest.approx(
+            length, rel=1e-6
+        )
+    for seconds in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="seconds per 200 nodes must be in"):
+            polish(decoded, seconds=seconds)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"env_id": "tsp-v0", "distribution": "x"}, "--distribution x: --env-id tsp-v0 draws uniform / clustered / mixed"),
+        ({"env_id": "vrptw-v0", "distribution": "mixed"}, "--env-id vrptw-v0 draws uniform"),
+        ({"env_id": "vrptw-v0", "max_nodes": 30}, "--max-nodes: mixed sizes are drawn for tsp and cvrp"),
+        ({"env_id": "cvrp-v0", "max_nodes": 10}, "--max-nodes 10 is below --num-nodes 20"),
+    ],
+)
+def test_ppo_or_refuses_distributions_and_sizes_its_env_cannot_draw(given, message):
+    from ppoor import ppo_or
+    from ppoor.training import options
+
+    args = ppo_or.Args(num_nodes=20, num_envs=64, **given)
+    starts = options.env_size(args).starts
+    with pytest.raises(SystemExit, match=message):
+        options.check_args(options.with_defaults(args, starts), starts)
+
+
+def test_a_mixed_size_clustered_run_trains_and_records_its_prior(tmp_path, monkeypatch):
+    """A short ppo_or.py run over sizes 6..10 of clustered instances with the distance prior: its
+    checkpoint records the prior and the validation size, and loads with it."""
+    from ppoor import ppo_or
+    from ppoor.models import load_agent
+
+    monkeypatch.chdir(tmp_path)
+    args, given = ppo_or.parse_args(
+        "--env-id tsp-v0 --num-nodes 6 --max-nodes 10 --distribution clustered --distance-prior 2 --num-envs 16 "
+        "--total-timesteps 1500 --eval-interval 0 --eval-nodes 8 --threads 1 --exp-name mixed".split()
+    )
+    ppo_or.main(args, given)
+    (path,) = tmp_path.glob("runs/*/ckpt/*.pt")
+    agent, ckpt = load_agent(path)
+    assert ckpt["model_config"] == {"distance_prior": 2.0} and agent.distance_prior == 2.0
+    assert ckpt["num_nodes"] == 8 and ckpt["args"]["max_nodes"] == 10
