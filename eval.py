@@ -16,6 +16,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -52,8 +53,9 @@ class Args:
     Examples: `python eval.py --checkpoint runs/<run> --decode multi-greedy`;
     `python eval.py --checkpoint tsp50.pt --data tsplib/ --references tsplib/optima.csv --augment 8`."""
 
-    checkpoint: str
-    """path of a ppo_or.py checkpoint (or a run folder: its latest checkpoint) or of a published RLOR agent state dict"""
+    checkpoint: str | None = None
+    """path of a ppo_or.py checkpoint (or a run folder: its latest checkpoint), a shipped model's name (tsp50) or a
+    published RLOR agent state dict; None: for files, the shipped model for their kind (FILE_MODELS)"""
     data: str = "test"
     """test / val (the standard sets: Kool et al.'s for TSP and CVRP, regenerated bit-exactly; the multi-task
     RouteFinder's for VRP variants; kool-test / kool-val are aliases), an .npz file, a .tsp / .vrp / Solomon .txt
@@ -177,6 +179,26 @@ def check_args(args: Args) -> None:
 PLOT_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 
 
+FILE_MODELS = {".tsp": "tsp-general", ".vrp": "cvrp-general", ".txt": "mtvrp50"}
+"""The shipped model eval.py decodes a file with when no --checkpoint is given, by the file's kind: TSPLIB,
+CVRPLIB, Solomon VRPTW."""
+
+
+def file_model(data: str) -> str:
+    """The shipped model for the files ``data`` names (``FILE_MODELS``); ValueError where they are not files of
+    one kind."""
+    path = Path(data)
+    kinds = {path.suffix.lower()} if path.is_file() else set()
+    if path.is_dir():
+        kinds = {f.suffix.lower() for f in path.iterdir() if f.is_file()} & FILE_MODELS.keys()
+    if len(kinds & FILE_MODELS.keys()) != 1:
+        raise ValueError(
+            f"--checkpoint is needed for --data {data}: without it, a TSPLIB .tsp, CVRPLIB .vrp or Solomon .txt file "
+            "(or a folder of one kind) is decoded by the shipped model for its kind"
+        )
+    return FILE_MODELS[kinds.pop()]
+
+
 def files(data: str) -> bool:
     """Whether ``data`` names TSPLIB / CVRPLIB / Solomon files (one, or a folder), which are polished by default."""
     return data not in STANDARD_SETS and not data.lower().endswith(".npz")
@@ -208,14 +230,15 @@ def main(args: Args, given: set[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     keep_freed_memory()
     try:
+        checkpoint = args.checkpoint or file_model(args.data)
         model = Model(
-            args.checkpoint,
+            checkpoint,
             problem=args.problem,
             device="cuda" if torch.cuda.is_available() and args.cuda else "cpu",
             compile=args.compile,
         )
-        if os.path.isdir(args.checkpoint):
-            print(f"using {model.path} (the latest checkpoint of {args.checkpoint})", flush=True)
+        if os.path.isdir(checkpoint):
+            print(f"using {model.path} (the latest checkpoint of {checkpoint})", flush=True)
         if args.polish == "all" and model.problem not in POLISHED:
             raise ValueError(
                 f"--polish all: the polish takes {', '.join(p.upper() for p in POLISHED)} solutions; this is a "

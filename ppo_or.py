@@ -57,8 +57,7 @@ class Args:
     """the entity (team) of the wandb project"""
 
     preset: Literal["ppo-or", "rlor"] = "ppo-or"
-    """ppo-or: multi-start rollouts with the shared baseline; rlor: the paper's settings (critic + GAE,
-    50 sampled trajectories); arguments given with it override the preset's values"""
+    """ppo-or: multi-start rollouts, shared baseline; rlor: the paper's (critic + GAE); given arguments override it"""
     env_id: Literal[tuple(ENV_IDS)] = "tsp-v0"  # the registered ids, listed by --help
     """the environment"""
     num_nodes: int = 50
@@ -66,8 +65,7 @@ class Args:
     max_nodes: int | None = None
     """TSP, CVRP: draw each rollout's size from --num-nodes..--max-nodes (models for files of many sizes)"""
     distribution: Literal["uniform", "clustered", "mixed", "x"] = "uniform"
-    """TSP, CVRP: the training instances (envs.distributions): Kool's uniform, Gaussian clusters, a mix; x: (CVRP)
-    the families of the X benchmark's generator"""
+    """TSP, CVRP: the training instances (envs.distributions); x: (CVRP) the X benchmark generator's families"""
     total_timesteps: int = 626_688_000
     """total instance-steps of the run (12,000 rollouts of TSP50 at 1024 x 51 steps)"""
     learning_rate: float | None = None
@@ -113,11 +111,9 @@ class Args:
     max_grad_norm: float = 0.5
     """the maximum norm for the gradient clipping"""
     warmup_steps: int = 100
-    """raise the learning rate linearly over a new optimizer's first steps (use it when starting from a trained
-    model); 0: none"""
+    """raise the learning rate linearly over a new optimizer's first steps (for a trained model's); 0: none"""
     target_kl: float | None = None
-    """a trust region: stop an update at 2 x target_kl from the rollout's policy and steer the learning rate by
-    the KL reached; None: none"""
+    """a trust region: stop an update at 2 x target_kl and steer the learning rate by the KL reached; None: none"""
     replay_batch_norm: bool = False
     """normalise the update's encoder with the rollout's batch-norm statistics (excludes --norm-groups)"""
     norm_groups: bool = True
@@ -149,8 +145,7 @@ class Args:
     resume: str | None = None
     """path of a checkpoint (or run folder) to continue; its settings are used"""
     init_from: str | None = None
-    """start a new run from the weights of this model of the same problem (a checkpoint, run folder, shipped
-    name such as tsp20, or an RLOR state dict)"""
+    """start a new run from these weights of the problem (a checkpoint, run folder, shipped name, RLOR state dict)"""
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[Args, set[str]]:
@@ -369,9 +364,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     keep_freed_memory()  # glibc reuses freed host memory instead of page-faulting fresh pages
 
     # env setup: each process steps num_envs instances of its own
-    envs = gym.make_vec(args.env_id, num_envs=args.num_envs, vectorization_mode="vector_entry_point",
-                        **routing.env_options(args))  # fmt: skip
-    sizes_drawn = (args.num_nodes, args.max_nodes) if args.max_nodes else None
+    envs = gym.make_vec(args.env_id, vectorization_mode="vector_entry_point", **routing.env_options(args))
     wrapper = StateWrapper(problem, device)
     val_data, val_references = routing.validation_set(args) if args.eval_interval and rank == 0 else (None, None)
 
@@ -384,10 +377,10 @@ def main(args: Args, given: set[str] | None = None) -> None:
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     next_obs, _ = envs.reset(seed=args.seed + rank)  # seeds the env's generator
     if args.train_augment > 1:
-        next_obs = routing.new_episodes(envs, args.train_augment, sizes_drawn)
+        next_obs = routing.new_episodes(envs, args)
     if ckpt:
         routing.restore(ckpt, agent, optimizer, envs, rank, device)
-        next_obs = routing.new_episodes(envs, args.train_augment, sizes_drawn)  # the episode in progress at the checkpoint starts afresh
+        next_obs = routing.new_episodes(envs, args)  # the episode in progress at the checkpoint starts afresh
     run = Run(args, f"{args.env_id}__{args.exp_name}__{args.seed}", ckpt, rank, world_size, device)
     routing.announce(run, args, sizes, world_size, device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)
@@ -400,7 +393,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         # rollout: encode each instance once, decode every step from the cache
         rollout_start = time.time()
         if envs.unwrapped.terminated.all():
-            next_obs = routing.new_episodes(envs, args.train_augment, sizes_drawn)
+            next_obs = routing.new_episodes(envs, args)
             episode["return"][:], episode["length"][:] = 0, 0
         data, next_obs = rollout(agent, envs, wrapper, next_obs, episode, args, autocast)
         # instance-steps of every process (CVRP rollouts end at different steps on each)
@@ -425,9 +418,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
         lr = optimizer.param_groups[0]["lr"]
         line = routing.log_iteration(run, args, data, episode, stats, lr, (rollout_time, update_time))
         if run.is_main and args.eval_interval and run.iteration % args.eval_interval == 0:
-            for tag, value in routing.evaluate(agent, val_data, args.eval_batch_size, val_references).items():
-                run.log(tag, value)
-                line += f" {tag}={value:.4f}"
+            scalars = run.log_all(routing.evaluate(agent, val_data, args.eval_batch_size, val_references))
+            line += "".join(f" {tag}={value:.4f}" for tag, value in scalars.items())
         if run.is_main:
             print(line + run.progress(), flush=True)
         if run.checkpoint_due():
@@ -436,9 +428,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     if run.stop.requested:
         run.stopped(run.save(routing.training_state(run, agent, optimizer, envs, args)))
     if run.is_main and args.eval_interval:
-        results = routing.evaluate(agent, val_data, args.eval_batch_size, val_references)
-        for tag, value in results.items():
-            run.log(tag, value)
+        results = run.log_all(routing.evaluate(agent, val_data, args.eval_batch_size, val_references))
         print("final evaluation: " + " ".join(f"{tag}={value:.4f}" for tag, value in results.items()), flush=True)
     path = run.save(routing.training_state(run, agent, optimizer, envs, args))
     if world_size > 1:

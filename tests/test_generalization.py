@@ -87,11 +87,13 @@ def test_a_resized_env_draws_and_steps_instances_of_the_new_size(env_id):
 
 
 def test_mixed_sizes_are_drawn_in_the_range_the_run_gives():
+    from ppoor import ppo_or
     from ppoor.training.routing import new_episodes
 
     env = gym.make_vec("tsp-v0", num_envs=8, vectorization_mode="vector_entry_point", num_nodes=6, n_traj=3)
     env.reset(seed=1)
-    sizes = {new_episodes(env, 2, (6, 9))["coords"].shape[1] for _ in range(40)}
+    args = ppo_or.Args(num_nodes=6, max_nodes=9, train_augment=2)
+    sizes = {new_episodes(env, args)["coords"].shape[1] for _ in range(40)}
     assert sizes == {6, 7, 8, 9}
 
 

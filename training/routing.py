@@ -149,17 +149,18 @@ def eval_size(args) -> int:
 
 
 def env_options(args) -> dict:
-    """The arguments of ``gymnasium.make_vec`` for --env-id: the size, N, and --distribution where given."""
+    """The arguments of ``gymnasium.make_vec`` for --env-id: M, the size, N, and --distribution where given."""
     chosen = {"distribution": args.distribution} if args.distribution != "uniform" else {}
-    return {"num_nodes": args.num_nodes, "n_traj": args.n_traj, **chosen}
+    return {"num_envs": args.num_envs, "num_nodes": args.num_nodes, "n_traj": args.n_traj, **chosen}
 
 
-def new_episodes(envs, copies: int, sizes: tuple[int, int] | None = None) -> dict:
-    """Resets the vector env ``envs`` on fresh instances: M / ``copies`` drawn ones in ``copies``
-    symmetric copies each (``search.augment``), of a size drawn from ``sizes`` (low, high; the env's
-    generator draws it) where given; returns the first observation."""
-    if sizes is not None:
-        envs.unwrapped.resize(random_size(envs.unwrapped.rng, *sizes))
+def new_episodes(envs, args) -> dict:
+    """Resets the vector env ``envs`` on fresh instances: M / --train-augment drawn ones in as many
+    symmetric copies each (``search.augment``), with --max-nodes of a size drawn from --num-nodes..
+    --max-nodes (by the env's generator); returns the first observation."""
+    copies = args.train_augment
+    if args.max_nodes:
+        envs.unwrapped.resize(random_size(envs.unwrapped.rng, args.num_nodes, args.max_nodes))
     if copies == 1:
         return envs.reset()[0]
     drawn = envs.unwrapped.random_instances(envs.unwrapped.num_envs // copies)

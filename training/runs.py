@@ -364,6 +364,12 @@ class Run:
         if self.writer is not None:
             self.writer.add_scalar(tag, value, self.global_step if step is None else step)
 
+    def log_all(self, scalars: dict) -> dict:
+        """``log`` of every tag -> value of ``scalars``; returns them."""
+        for tag, value in scalars.items():
+            self.log(tag, value)
+        return scalars
+
     def learning_rate(self) -> float:
         """--learning-rate x the trust region's scale, annealed linearly to 0 over the budget (the larger
         of the steps and the seconds done) with --anneal-lr."""
