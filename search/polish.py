@@ -169,8 +169,9 @@ def local_search(dataset, index: int, tour: np.ndarray, seed: int = 0) -> np.nda
 
 def iterated_search(dataset, index: int, tour: np.ndarray, seconds: float, seed: int = 0) -> np.ndarray:
     """PyVRP's iterated local search (``pyvrp.solve``) started from ``tour`` (actions) of instance ``index``
-    of ``dataset`` for ``seconds``; the actions of its best solution, or ``tour`` where that is not
-    feasible."""
+    of ``dataset``, within ``seconds`` counted from the call (building PyVRP's model included); the actions
+    of its best solution, or ``tour`` where that is not feasible."""
+    deadline = time.perf_counter() + seconds
     vrp = pyvrp()
     from pyvrp.stop import MaxRuntime
 
@@ -179,7 +180,8 @@ def iterated_search(dataset, index: int, tour: np.ndarray, seconds: float, seed:
     client = vrp.ActivityType.CLIENT
     routes = [vrp.Route(data, [vrp.Activity(client, c - k) for c in customers], depot)
               for depot, customers in routes_of(tour, k)]  # fmt: skip
-    best = vrp.solve(data, MaxRuntime(seconds), seed=seed, display=False, initial_solution=vrp.Solution(data, routes)).best
+    left = max(deadline - time.perf_counter(), 1e-3)
+    best = vrp.solve(data, MaxRuntime(left), seed=seed, display=False, initial_solution=vrp.Solution(data, routes)).best
     if not best.is_feasible():
         return np.asarray(tour)
     return vrp_actions(best, k) if dataset.problem == "mtvrp" else depot_actions(best)

@@ -94,8 +94,9 @@ def check_only(argv: list[str], cwd: Path, monkeypatch) -> None:
 
         parsed = tyro.cli(evaluator.Args, args=args)
         evaluator.check_args(parsed)
-        if "RUN" not in parsed.checkpoint:
-            assert latest_checkpoint(parsed.checkpoint).is_file(), parsed.checkpoint
+        checkpoint = parsed.checkpoint or evaluator.file_model(parsed.data)  # files: the shipped model of their kind
+        if "RUN" not in checkpoint:
+            assert latest_checkpoint(checkpoint).is_file(), checkpoint
     elif script in ("rlea.py", "eval_rlea.py"):
         from ppoor import eval_rlea, rlea
         from ppoor.codegen.settings import check_args
