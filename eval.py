@@ -179,9 +179,9 @@ def check_args(args: Args) -> None:
 PLOT_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 
 
-FILE_MODELS = {".tsp": "tsp-general", ".vrp": "cvrp-general", ".txt": "mtvrp50"}
+FILE_MODELS = {".tsp": "tsp-general", ".vrp": "cvrp-general"}
 """The shipped model eval.py decodes a file with when no --checkpoint is given, by the file's kind: TSPLIB,
-CVRPLIB, Solomon VRPTW."""
+CVRPLIB (Solomon files need a --checkpoint: no shipped model holds up on them yet)."""
 
 
 def file_model(data: str) -> str:
@@ -193,8 +193,8 @@ def file_model(data: str) -> str:
         kinds = {f.suffix.lower() for f in path.iterdir() if f.is_file()} & FILE_MODELS.keys()
     if len(kinds & FILE_MODELS.keys()) != 1:
         raise ValueError(
-            f"--checkpoint is needed for --data {data}: without it, a TSPLIB .tsp, CVRPLIB .vrp or Solomon .txt file "
-            "(or a folder of one kind) is decoded by the shipped model for its kind"
+            f"--checkpoint is needed for --data {data}: without it, a TSPLIB .tsp or CVRPLIB .vrp file (or a folder "
+            "of one kind) is decoded by the shipped model for its kind"
         )
     return FILE_MODELS[kinds.pop()]
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 from ppoor.models.agent import Agent
+from ppoor.models.attention_model import check_prior
 from ppoor.models.embeddings import upgrade_vrp_weights
 
 FORMAT = "ppo-or/1"
@@ -189,12 +190,16 @@ SHIPPED_KEYS = (
 )
 
 
-def export_weights(source: str | os.PathLike, target: str | os.PathLike, kept: bool = False) -> None:
+def export_weights(
+    source: str | os.PathLike, target: str | os.PathLike, kept: bool = False, distance_prior: float | None = None
+) -> None:
     """Writes the evaluation part of a checkpoint (weights, problem, size and training arguments;
     no optimizer or random states) to ``target``: the few-MB files shipped in checkpoints/. They
     load with ``load_agent`` and eval.py; ``--resume`` refuses them. ``kept``: the weights of the
     policy a ppo_flatland.py state keeps for its best validation (``--keep-best``; a run stopped
-    before its end holds its last weights beside them) instead of its last."""
+    before its end holds its last weights beside them) instead of its last. ``distance_prior``: the
+    decoder's prior (``models.attention_model.distance_bias``) the model decodes with, chosen on
+    validation data, in place of the one it was trained with."""
     ckpt = read_checkpoint(source)
     if kept:
         best = ckpt.get("best") or {}
@@ -204,4 +209,6 @@ def export_weights(source: str | os.PathLike, target: str | os.PathLike, kept: b
                 "once a validation has run): export it without --kept"
             )
         ckpt = {**ckpt, "model": best["model"]}
+    if distance_prior is not None:
+        ckpt = {**ckpt, "model_config": {**ckpt.get("model_config", {}), "distance_prior": check_prior(distance_prior)}}
     save_checkpoint({key: ckpt[key] for key in SHIPPED_KEYS if key in ckpt}, target)

@@ -2,6 +2,7 @@
 
 python -m ppoor.models.export runs/<run>/ckpt/<iteration>.pt checkpoints/<name>.pt
 python -m ppoor.models.export resume/<state>.pt <name>.pt --kept   # a railway state's best validated policy
+python -m ppoor.models.export checkpoints/tsp100.pt tsp.pt --distance-prior 5   # decode with the prior at 5
 """
 
 import argparse
@@ -15,9 +16,12 @@ if __name__ == "__main__":
     parser.add_argument(
         "--kept", action="store_true", help="the policy a ppo_flatland.py state kept for its best validation"
     )
+    parser.add_argument(
+        "--distance-prior", type=float, default=None, help="the decoder's prior toward near nodes the model keeps"
+    )
     args = parser.parse_args()
     try:
-        export_weights(args.source, args.target, kept=args.kept)
-    except CheckpointError as exc:
+        export_weights(args.source, args.target, kept=args.kept, distance_prior=args.distance_prior)
+    except (CheckpointError, ValueError) as exc:
         parser.exit(1, f"error: {exc}\n")
     print(f"wrote {args.target}")

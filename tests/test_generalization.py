@@ -1,6 +1,8 @@
 """Training and decoding for instances unlike the training set: the instance distributions
 (envs.distributions), mixed sizes, the decoder's distance prior and the timed polish."""
 
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import ppoor
@@ -243,3 +245,20 @@ def test_a_mixed_size_clustered_run_trains_and_records_its_prior(tmp_path, monke
     agent, ckpt = load_agent(path)
     assert ckpt["model_config"] == {"distance_prior": 2.0} and agent.distance_prior == 2.0
     assert ckpt["num_nodes"] == 8 and ckpt["args"]["max_nodes"] == 10
+
+
+def test_an_exported_model_keeps_the_prior_it_is_given(tmp_path):
+    """export_weights --distance-prior: the weights-only file decodes with that prior, and the model loads
+    its weights unchanged; a bad prior writes nothing."""
+    import torch
+    from ppoor.models.checkpoints import export_weights, shipped_checkpoint
+
+    source = shipped_checkpoint(Path("tsp20"))
+    export_weights(source, tmp_path / "near.pt", distance_prior=4)
+    model = ppoor.Model(tmp_path / "near.pt")
+    assert model.agent.distance_prior == 4.0
+    original = torch.load(source, weights_only=True)["model"]
+    assert all(torch.equal(value, model.agent.state_dict()[key]) for key, value in original.items())
+    with pytest.raises(ValueError, match="distance_prior must be a finite number >= 0"):
+        export_weights(source, tmp_path / "bad.pt", distance_prior=float("nan"))
+    assert not (tmp_path / "bad.pt").exists()
