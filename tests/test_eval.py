@@ -394,3 +394,16 @@ def test_the_vrp_polish_without_pyvrp_fails_in_one_line_before_decoding(small_ch
     message = fails("--checkpoint", str(small_checkpoints["cvrp"]), "--num-instances", "2", "--polish", "all")
     assert message.startswith("error: PyVRP is needed here") and "pip install pyvrp" in message
     assert "\n" not in message
+
+
+def test_a_file_too_large_to_decode_in_memory_fails_in_one_line_before_decoding(tmp_path):
+    """A 30,000-node TSPLIB file: multi-greedy needs terabytes; one line says so and what to lower."""
+    rng = np.random.default_rng(0)
+    points = "\n".join(f"{i + 1} {x:.3f} {y:.3f}" for i, (x, y) in enumerate(rng.random((30_000, 2)) * 1000))
+    big = tmp_path / "big.tsp"
+    big.write_text(f"NAME : big\nTYPE : TSP\nDIMENSION : 30000\nEDGE_WEIGHT_TYPE : EUC_2D\nNODE_COORD_SECTION\n{points}\nEOF\n")
+    message = fails("--checkpoint", "tsp20", "--data", str(big), "--decode", "multi-greedy")
+    assert message.startswith("error: decoding 30000-node instances needs about") and "\n" not in message
+    assert "lower --batch-size, --num-starts or --augment" in message
+    message = fails("--data", str(tmp_path / "nothing.txt"))
+    assert message.startswith("error: --checkpoint is needed for --data") and "\n" not in message
