@@ -64,8 +64,8 @@ class Args:
     """nodes per instance (TSP) or customers per instance (the depots are extra); with --max-nodes the smallest"""
     max_nodes: int | None = None
     """TSP, CVRP: draw each rollout's size from --num-nodes..--max-nodes (models for files of many sizes)"""
-    distribution: Literal["uniform", "clustered", "mixed", "x"] = "uniform"
-    """TSP, CVRP: the training instances (envs.distributions); x: (CVRP) the X benchmark generator's families"""
+    distribution: Literal["uniform", "clustered", "mixed", "x", "solomon"] = "uniform"
+    """the training instances (envs.distributions): TSP, CVRP clustered / mixed; CVRP x; vrptw-v0 solomon"""
     total_timesteps: int = 626_688_000
     """total instance-steps of the run (12,000 rollouts of TSP50 at 1024 x 51 steps)"""
     learning_rate: float | None = None

@@ -16,6 +16,16 @@
   the rest U[50,100]); an average route size r drawn from 3-25 customers, which sets the capacity to
   ceil(r x mean demand). The points are then stretched into the unit square.
 
+- ``solomon`` (the VRP env's ``vrptw`` variant): instances like Solomon's VRPTW benchmark, on its
+  100 x 100 grid: customers at random (R), in 6-12 tight clusters (C) or half each (RC), the depot
+  near the middle; one of two horizons (type 1: short, capacity 200; type 2: long, capacity
+  700-1000), both as Solomon's classes have them (R 230 / 1000, C 1236 / 3390, RC 240 / 960, within
+  10%); service 10 (R, RC) or 90 (C); 25-100% of the customers with a window whose width is drawn
+  around a per-instance scale from the class's range and whose centre is reachable from the depot
+  and leaves time to return; demands 1-41 (R, RC) or 10-50 in tens (C). Coordinates and times are
+  divided by the points' span, demands by the capacity, as Solomon files are read
+  (``data.datasets.load_solomon``).
+
 ``random_size(rng, low, high)`` draws an instance size for a rollout; both are seeded by the env's
 generator, so a run is reproducible.
 """
@@ -25,7 +35,11 @@ from __future__ import annotations
 import numpy as np
 from ppoor.envs.instances import cvrp_capacity, random_instances
 
-DISTRIBUTIONS = {"tsp": ("uniform", "clustered", "mixed"), "cvrp": ("uniform", "clustered", "mixed", "x")}
+DISTRIBUTIONS = {
+    "tsp": ("uniform", "clustered", "mixed"),
+    "cvrp": ("uniform", "clustered", "mixed", "x"),
+    "mtvrp": ("uniform", "solomon"),
+}
 """The distributions each problem's env can draw (the others draw only their own)."""
 CENTRES = (3, 8)  # Gaussian centres (clustered) and X seeds per instance, inclusive
 SPREAD = (0.03, 0.10)  # the clusters' standard deviation, in units of the square
@@ -40,10 +54,14 @@ def draw(problem: str, rng: np.random.Generator, count: int, num_nodes: int, dis
     if distribution not in DISTRIBUTIONS.get(problem, ("uniform",)):
         known = DISTRIBUTIONS.get(problem, ("uniform",))
         raise ValueError(f"{problem} instances can be drawn from {', '.join(known)}, not {distribution!r}")
+    if distribution == "uniform" and problem == "mtvrp":
+        raise ValueError("the VRP env draws its uniform instances itself (envs.vrp.vrp_instances)")
     if distribution == "uniform":
         return random_instances(problem, rng, count, num_nodes)
     if distribution == "x":
         return x_instances(rng, count, num_nodes)
+    if distribution == "solomon":
+        return solomon_instances(rng, count, num_nodes)
     nodes = num_nodes + (problem == "cvrp")  # the depot is placed like a customer
     if distribution == "clustered":
         share = np.ones(count)
@@ -118,6 +136,66 @@ def x_demands(rng: np.random.Generator, coords: np.ndarray, depot: np.ndarray) -
     small = rng.random((count, n)) < rng.uniform(0.70, 0.95, size=(count, 1))
     low, high = np.where(law == 6, np.where(small, 1, 50), low), np.where(law == 6, np.where(small, 10, 100), high)
     return rng.integers(low, high + 1).astype(np.float64)
+
+
+SOLOMON = {  # class: (horizon type 1, type 2; service; window width scale range type 1, type 2)
+    "R": ((230.0, 1000.0), 10.0, ((10.0, 190.0), (115.0, 470.0))),
+    "C": ((1236.0, 3390.0), 90.0, ((60.0, 1110.0), (160.0, 640.0))),
+    "RC": ((240.0, 960.0), 10.0, ((30.0, 190.0), (120.0, 890.0))),
+}
+SOLOMON_GRID = 100.0
+
+
+def solomon_instances(rng: np.random.Generator, count: int, num_customers: int) -> dict:
+    """``count`` single-depot VRPTW instances like Solomon's (see the module's docstring), in the layout
+    of ``envs.vrp.STATIC_KEYS``."""
+    n, rows = num_customers, np.arange(count)[:, None]
+    kind = rng.choice(list(SOLOMON), size=count)
+    long = rng.random(count) < 0.5  # type 2
+    depot = rng.uniform(0.3, 0.5, (count, 2)) * SOLOMON_GRID
+    # customers: random, clustered around 6-12 centres (spread 2-5), or half each
+    centres = rng.uniform(0.1, 0.9, (count, 12, 2)) * SOLOMON_GRID
+    which = (rng.random((count, n)) * rng.integers(6, 13, size=count)[:, None]).astype(np.int64)
+    around = centres[rows, which] + rng.uniform(2.0, 5.0, (count, 1, 1)) * rng.standard_normal((count, n, 2))
+    clustered = (kind[:, None] == "C") | ((kind[:, None] == "RC") & (np.arange(n)[None, :] < n // 2))
+    points = np.where(clustered[..., None], around, rng.uniform(0, 0.8, (count, n, 2)) * SOLOMON_GRID)
+    points = np.clip(points, 0.0, SOLOMON_GRID)
+    demand = np.where(kind[:, None] == "C", 10 * rng.choice(5, size=(count, n), p=[0.35, 0.3, 0.2, 0.1, 0.05]) + 10,
+                      rng.integers(1, 42, size=(count, n))).astype(np.float64)  # fmt: skip
+    capacity = np.where(long, rng.uniform(700, 1000, count).round(), 200.0)
+    horizon = np.array([SOLOMON[k][0][t] for k, t in zip(kind, long.astype(int), strict=True)])
+    horizon = horizon * rng.uniform(0.9, 1.1, count)
+    service = np.array([SOLOMON[k][1] for k in kind])
+    low, high = np.array([SOLOMON[k][2][t] for k, t in zip(kind, long.astype(int), strict=True)]).T
+    scale = rng.uniform(low, high)
+    d0 = np.linalg.norm(points - depot[:, None], axis=2)  # [count, n]
+    latest = horizon[:, None] - d0 - service[:, None]  # the last start that still returns in time
+    width = scale[:, None] * rng.uniform(0.5, 1.5, (count, n))
+    centre = d0 + rng.random((count, n)) * np.maximum(latest - d0, 0.0)
+    start = np.clip(centre - width / 2, 0.0, None)
+    end = np.maximum(np.minimum(centre + width / 2, latest), start)
+    windowed = rng.random((count, n)) < rng.choice([0.25, 0.5, 0.75, 1.0], size=(count, 1))
+    windows = np.zeros((count, n + 1, 2))
+    windows[:, 0, 1] = horizon
+    windows[:, 1:, 0] = np.where(windowed, start, 0.0)
+    windows[:, 1:, 1] = np.where(windowed, end, horizon[:, None])
+    services = np.concatenate([np.zeros((count, 1)), np.repeat(service[:, None], n, 1)], axis=1)
+    # into the unit square by the span, times alike (travel time = distance), demands by the capacity
+    every = np.concatenate([depot[:, None], points], axis=1)
+    low_corner = every.min(axis=1, keepdims=True)
+    span = (every.max(axis=1, keepdims=True) - low_corner).max(axis=2, keepdims=True)  # [count, 1, 1]
+    unit = np.clip((every - low_corner) / span, 0.0, 1.0)
+    return {
+        "depots": unit[:, :1],
+        "coords": unit[:, 1:],
+        "demand_linehaul": demand / capacity[:, None],
+        "demand_backhaul": np.zeros((count, n)),
+        "backhaul_class": np.ones(count),
+        "time_windows": windows / span,
+        "service_time": services / span[:, :, 0],
+        "distance_limit": np.full(count, np.inf),
+        "open_route": np.zeros(count, dtype=bool),
+    }
 
 
 def random_size(rng: np.random.Generator, low: int, high: int) -> int:

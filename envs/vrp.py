@@ -40,6 +40,7 @@ from typing import NamedTuple
 import gymnasium as gym
 import numpy as np
 from ppoor.envs.base import RoutingVectorEnv, SingleRoutingEnv
+from ppoor.envs.distributions import solomon_instances
 from ppoor.envs.instances import KOOL_SEEDS, read_arrays, standard_count
 from ppoor.envs.instances import STATIC_KEYS as INSTANCE_KEYS
 
@@ -423,8 +424,13 @@ class VRPVectorEnv(RoutingVectorEnv):
         n_traj: int = 1,
         variant: str = "classic",
         num_depots: int | None = None,
+        distribution: str = "uniform",
     ):
+        """``distribution``: uniform (RouteFinder's generator) or, for the vrptw variant, solomon
+        (``envs.distributions.solomon_instances``)."""
         self.variant = check_variant(variant)
+        if distribution == "solomon" and variant != "vrptw":
+            raise ValueError(f"the solomon distribution draws VRPTW instances; the variant is {variant!r}")
         k = default_depots(variant) if num_depots is None else num_depots
         if isinstance(k, bool) or int(k) != k or k < 1:
             raise ValueError(f"num_depots must be an integer >= 1, got {num_depots!r}")
@@ -433,7 +439,7 @@ class VRPVectorEnv(RoutingVectorEnv):
         if k > num_nodes:
             raise ValueError(f"{k} depots for {num_nodes} customers: more depots than customers")
         self.num_depots = int(k)
-        super().__init__(num_envs=num_envs, num_nodes=num_nodes, n_traj=n_traj)
+        super().__init__(num_envs=num_envs, num_nodes=num_nodes, n_traj=n_traj, distribution=distribution)
         self.routes = self.early_returns = 0
 
     @property
@@ -452,6 +458,8 @@ class VRPVectorEnv(RoutingVectorEnv):
         return np.arange(1, self.num_actions)
 
     def random_instances(self, count: int) -> dict:
+        if self.distribution == "solomon":
+            return solomon_instances(self.rng, count, self.num_nodes)
         return vrp_instances(self.rng, count, self.num_nodes, self.variant, self.num_depots)
 
     def check_instances(self, options: dict) -> dict:

@@ -214,7 +214,9 @@ def test_the_timed_polish_is_feasible_never_costlier_and_names_its_budget():
     ("given", "message"),
     [
         ({"env_id": "tsp-v0", "distribution": "x"}, "--distribution x: --env-id tsp-v0 draws uniform / clustered / mixed"),
-        ({"env_id": "vrptw-v0", "distribution": "mixed"}, "--env-id vrptw-v0 draws uniform"),
+        ({"env_id": "vrptw-v0", "distribution": "mixed"}, "--env-id vrptw-v0 draws uniform / solomon"),
+        ({"env_id": "vrpb-v0", "distribution": "solomon"}, "--env-id vrpb-v0 draws uniform"),
+        ({"env_id": "cvrp-v0", "distribution": "solomon"}, "--env-id cvrp-v0 draws uniform / clustered / mixed / x"),
         ({"env_id": "vrptw-v0", "max_nodes": 30}, "--max-nodes: mixed sizes are drawn for tsp and cvrp"),
         ({"env_id": "cvrp-v0", "max_nodes": 10}, "--max-nodes 10 is below --num-nodes 20"),
     ],
@@ -262,3 +264,26 @@ def test_an_exported_model_keeps_the_prior_it_is_given(tmp_path):
     with pytest.raises(ValueError, match="distance_prior must be a finite number >= 0"):
         export_weights(source, tmp_path / "bad.pt", distance_prior=float("nan"))
     assert not (tmp_path / "bad.pt").exists()
+
+
+@settings(max_examples=15, deadline=None)
+@given(count=st.integers(1, 4), nodes=st.integers(5, 60), seed=st.integers(0, 2**32 - 1))
+def test_solomon_like_instances_are_valid_and_one_route_per_customer_is_feasible(count, nodes, seed):
+    """The Solomon-like VRPTW instances pass the VRP env's checks, and serving each customer on a route of
+    its own is feasible by the tests' own checker (every window reachable, with time to return); other
+    variants refuse the distribution."""
+    from checks import check_vrp_actions
+    from ppoor.envs.vrp import check_vrp_instances
+
+    instances = check_vrp_instances(draw("mtvrp", np.random.default_rng(seed), count, nodes, "solomon"))
+    for b in range(count):
+        instance = {key: value[b] for key, value in instances.items()}
+        alone = [a for c in range(1, nodes + 1) for a in (c, 0)]
+        assert np.isfinite(check_vrp_actions(alone, instance))
+        assert (instance["demand_linehaul"] <= 1).all() and (instance["demand_linehaul"] > 0).all()
+    env = gym.make_vec("vrptw-v0", num_envs=2, vectorization_mode="vector_entry_point", num_nodes=nodes,
+                       distribution="solomon")  # fmt: skip
+    assert env.reset(seed=seed)[0]["coords"].shape == (2, nodes, 2)
+    with pytest.raises(ValueError, match="the solomon distribution draws VRPTW instances"):
+        gym.make_vec("vrpb-v0", num_envs=1, vectorization_mode="vector_entry_point",
+                     distribution="solomon")  # fmt: skip

@@ -126,10 +126,13 @@ def check_args(args, starts: int) -> None:
         problems.append("--baseline shared needs at least 2 trajectories per instance (--n-traj x --train-augment)")
     val_size = KOOL_SET_SIZE if ENV_IDS[args.env_id] in ("tsp", "cvrp") else TEST_SET_SIZE
     problem = ENV_IDS[args.env_id]
-    if args.distribution not in (known := DISTRIBUTIONS.get(problem, ("uniform",))):
+    known = ("uniform", "solomon") if args.env_id == "vrptw-v0" else DISTRIBUTIONS.get(problem, ("uniform",))
+    if problem == "mtvrp" and args.env_id != "vrptw-v0":
+        known = ("uniform",)
+    if args.distribution not in known:
         problems.append(f"--distribution {args.distribution}: --env-id {args.env_id} draws {' / '.join(known)}")
-    if args.max_nodes is not None and problem not in DISTRIBUTIONS:
-        problems.append(f"--max-nodes: mixed sizes are drawn for {' and '.join(DISTRIBUTIONS)}, not --env-id {args.env_id}")
+    if args.max_nodes is not None and problem not in ("tsp", "cvrp"):
+        problems.append(f"--max-nodes: mixed sizes are drawn for tsp and cvrp, not --env-id {args.env_id}")
     elif args.max_nodes is not None and args.max_nodes < args.num_nodes:
         problems.append(f"--max-nodes {args.max_nodes} is below --num-nodes {args.num_nodes} (the smallest size)")
     if args.eval_instances > val_size:
