@@ -121,8 +121,8 @@ class Args:
     it (the cure of small minibatches' relapses); False: all instances at once (the rlor preset)"""
     encoder_cache: bool = True
     """encode each instance once per rollout; False re-encodes at every step (a benchmark baseline)"""
-    distance_prior: float = 0.0
-    """beta of the decoder's prior toward near nodes (models.attention_model.distance_bias); 0: none"""
+    distance_prior: float | None = None
+    """beta of the decoder's prior toward near nodes (models.attention_model.distance_bias); None: 3 for TSP, CVRP"""
     amp: bool = False
     """bf16 autocast of the model on a CUDA GPU"""
     compile: bool = False

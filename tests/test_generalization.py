@@ -287,3 +287,34 @@ def test_solomon_like_instances_are_valid_and_one_route_per_customer_is_feasible
     with pytest.raises(ValueError, match="the solomon distribution draws VRPTW instances"):
         gym.make_vec("vrpb-v0", num_envs=1, vectorization_mode="vector_entry_point",
                      distribution="solomon")  # fmt: skip
+
+
+@pytest.mark.parametrize(("env_id", "preset", "beta"), [("tsp-v0", "ppo-or", 3.0), ("cvrp-v0", "ppo-or", 3.0),
+                                                        ("vrptw-v0", "ppo-or", 0.0), ("tsp-v0", "rlor", 0.0)])  # fmt: skip
+def test_the_default_distance_prior_is_by_problem_and_the_rlor_preset_has_none(env_id, preset, beta):
+    from ppoor import ppo_or
+    from ppoor.training import options
+
+    args, _ = ppo_or.parse_args(["--preset", preset, "--env-id", env_id, "--num-nodes", "10"])
+    assert options.with_defaults(args, options.env_size(args).starts).distance_prior == beta
+
+
+def test_a_run_from_before_the_prior_resumes_without_it(tmp_path, monkeypatch):
+    """A checkpoint whose settings lack --distance-prior was trained without the prior: resumed, it keeps none."""
+    import torch
+    from ppoor import ppo_or
+    from ppoor.models.checkpoints import save_checkpoint
+    from ppoor.training import options
+
+    monkeypatch.chdir(tmp_path)
+    args, given = ppo_or.parse_args("--env-id tsp-v0 --num-nodes 6 --num-envs 16 --total-timesteps 400 "
+                                    "--eval-interval 0 --threads 1 --exp-name old".split())  # fmt: skip
+    ppo_or.main(args, given)
+    (path,) = tmp_path.glob("runs/*/ckpt/*.pt")
+    ckpt = torch.load(path, weights_only=True)
+    del ckpt["args"]["distance_prior"]
+    ckpt["model_config"] = {}
+    ckpt["args"]["total_timesteps"] = 10_000
+    save_checkpoint({k: v for k, v in ckpt.items() if k != "format"}, tmp_path / "old.pt")
+    resumed, _, _, _ = options.resolve_args(*ppo_or.parse_args(["--resume", str(tmp_path / "old.pt")]))
+    assert resumed.distance_prior == 0.0

@@ -31,6 +31,7 @@ from ppoor.training.runs import (
 RLOR = dict(
     preset="rlor", n_traj=50, multi_start=False, baseline="critic", train_augment=1, learning_rate=1e-3,
     minibatch_size=128, update_epochs=2, target_kl=None, ent_coef=0.01, norm_groups=False, warmup_steps=0,
+    distance_prior=0.0,
 )  # fmt: skip
 """The ``rlor`` preset: the paper's settings (sampled first node, critic and GAE, 50 trajectories)."""
 
@@ -92,13 +93,22 @@ LARGE = 50
 nodes stable; below it 1e-3, which learns more in a short budget (docs/results/2026-12-main-job.md)."""
 
 
+PRIORS = {"tsp": 3.0, "cvrp": 3.0}
+"""The default --distance-prior by problem: with it a model starts near the nearest-neighbour rule and
+learns from there (docs/results/2026-12-real-instances.md); the problems not listed were not measured
+with it and start without."""
+
+
 def with_defaults(args, starts: int):
     """Fills the settings whose default depends on others: N is one trajectory per start node
-    (``starts``) with --multi-start, else 50; the learning rate by size (``LARGE``)."""
+    (``starts``) with --multi-start, else 50; the learning rate by size (``LARGE``); the distance prior by
+    problem (``PRIORS``)."""
     if args.n_traj is None:
         args = replace(args, n_traj=starts if args.multi_start and args.num_nodes >= 2 else 50)
     if args.learning_rate is None:
         args = replace(args, learning_rate=3e-4 if args.num_nodes >= LARGE else 1e-3)
+    if args.distance_prior is None:
+        args = replace(args, distance_prior=PRIORS.get(ENV_IDS[args.env_id], 0.0))
     return args
 
 
@@ -149,7 +159,7 @@ def resolve_args(args, given: set[str] | None = None) -> tuple:
     ckpt = None
     if args.resume:
         # checkpoints written before the presets existed were trained with the rlor settings
-        legacy = asdict(type(args)(**RLOR))
+        legacy = {**asdict(type(args)(**RLOR)), "distance_prior": 0.0}  # (runs from before the prior: none)
         args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, legacy, "ppo_or.py")
         if ckpt["problem"] == "rail":
             sys.exit(f"error: --resume: {args.resume} is a ppo_flatland.py checkpoint; resume it with ppo_flatland.py")
