@@ -5,11 +5,11 @@
 ``or_opt`` moves a segment of one to three nodes to another edge, forwards or reversed;
 ``tsp_local_search`` alternates them to a local optimum of both. Each pass scores every move of
 its kind at once with numpy. ``tsp_iterated_search`` repeats it from double-bridge kicks of the best
-tour for a time budget. ``local_search`` improves a CVRP, VRP variant, multi-resource or
+tour for a time budget. ``pyvrp_search`` improves a CVRP, VRP variant, multi-resource or
 prize-collecting CVRP solution by PyVRP's local search (its operators on the granular
 neighbourhood, run to a local optimum, with prohibitive penalties so that it stays feasible) on the
-same PyVRP model the references use; ``iterated_search`` runs PyVRP's iterated local search
-(``pyvrp.solve``) from the solution for a time budget. ``polish`` applies them to every solution of
+same PyVRP model the references use, or by its iterated local search (``pyvrp.solve``) for a time
+budget. ``polish`` applies them to every solution of
 a ``search.solver.Solutions`` and returns new ``Solutions`` whose costs the data's checker
 recomputes (an infeasible or costlier result keeps the decoded solution), so that both rows can be
 shown.
@@ -147,52 +147,42 @@ def routes_of(tour: np.ndarray, k: int) -> list[tuple[int, list[int]]]:
     return routes
 
 
-def local_search(dataset, index: int, tour: np.ndarray, seed: int = 0) -> np.ndarray:
-    """PyVRP's local search from ``tour`` (actions) of instance ``index`` of ``dataset`` (CVRP, a VRP
-    variant, MRCVRP or PCVRP) to a local optimum of all its operators; the actions of the result,
-    or ``tour`` itself where the result is not feasible."""
+def pyvrp_search(dataset, index: int, tour: np.ndarray, seed: int = 0, seconds: float | None = None) -> np.ndarray:
+    """PyVRP from ``tour`` (actions) of instance ``index`` of ``dataset`` (CVRP, a VRP variant, MRCVRP or
+    PCVRP) on the model the references use: without ``seconds`` its local search to a local optimum of
+    all its operators (prohibitive penalties keep it feasible), with them its iterated local search
+    (``pyvrp.solve``) within ``seconds`` counted from the call (building the model included). The actions
+    of the result, or ``tour`` itself where the result is not feasible."""
+    deadline = None if seconds is None else time.perf_counter() + seconds
     vrp = pyvrp()
     model, k = pyvrp_model(dataset, index)
     data = model.data()
     client = vrp.ActivityType.CLIENT
     routes = [vrp.Route(data, [vrp.Activity(client, c - k) for c in customers], depot)
               for depot, customers in routes_of(tour, k)]  # fmt: skip
-    search = vrp.search.LocalSearch(data, vrp.RandomNumberGenerator(seed=seed), vrp.search.compute_neighbours(data))
-    for operator in vrp.search.OPERATORS:
-        search.add_operator(operator(data))
-    penalties = vrp.CostEvaluator([PENALTY] * data.num_load_dimensions, PENALTY, PENALTY)
-    better = search(vrp.Solution(data, routes), penalties, exhaustive=True)
+    start = vrp.Solution(data, routes)
+    if deadline is None:
+        search = vrp.search.LocalSearch(data, vrp.RandomNumberGenerator(seed=seed), vrp.search.compute_neighbours(data))
+        for operator in vrp.search.OPERATORS:
+            search.add_operator(operator(data))
+        penalties = vrp.CostEvaluator([PENALTY] * data.num_load_dimensions, PENALTY, PENALTY)
+        better = search(start, penalties, exhaustive=True)
+    else:
+        from pyvrp.stop import MaxRuntime
+
+        left = max(deadline - time.perf_counter(), 1e-3)
+        better = vrp.solve(data, MaxRuntime(left), seed=seed, display=False, initial_solution=start).best
     if not better.is_feasible():
         return np.asarray(tour)
     return vrp_actions(better, k) if dataset.problem == "mtvrp" else depot_actions(better)
 
 
-def iterated_search(dataset, index: int, tour: np.ndarray, seconds: float, seed: int = 0) -> np.ndarray:
-    """PyVRP's iterated local search (``pyvrp.solve``) started from ``tour`` (actions) of instance ``index``
-    of ``dataset``, within ``seconds`` counted from the call (building PyVRP's model included); the actions
-    of its best solution, or ``tour`` where that is not feasible."""
-    deadline = time.perf_counter() + seconds
-    vrp = pyvrp()
-    from pyvrp.stop import MaxRuntime
-
-    model, k = pyvrp_model(dataset, index)
-    data = model.data()
-    client = vrp.ActivityType.CLIENT
-    routes = [vrp.Route(data, [vrp.Activity(client, c - k) for c in customers], depot)
-              for depot, customers in routes_of(tour, k)]  # fmt: skip
-    left = max(deadline - time.perf_counter(), 1e-3)
-    best = vrp.solve(data, MaxRuntime(left), seed=seed, display=False, initial_solution=vrp.Solution(data, routes)).best
-    if not best.is_feasible():
-        return np.asarray(tour)
-    return vrp_actions(best, k) if dataset.problem == "mtvrp" else depot_actions(best)
-
-
 def polish(solutions, seconds: float | None = None, seed: int = 0, max_moves: int = 100_000):
     """``solutions`` with every solution polished. Without ``seconds``: to a local optimum, TSP tours by
     2-opt and or-opt (``tsp_local_search``, at most ``max_moves`` moves per pass) on the instance's
-    distances in reported units, the others by ``local_search``. With ``seconds`` (per 200 nodes, so an
+    distances in reported units, the others by ``pyvrp_search``. With ``seconds`` (per 200 nodes, so an
     instance of n nodes gets seconds x n / 200): iterated local search from each solution
-    (``tsp_iterated_search``, ``iterated_search``; seeded by ``seed``). Costs are recomputed by the
+    (``tsp_iterated_search``, ``pyvrp_search``; seeded by ``seed``). Costs are recomputed by the
     data's checker (``Dataset.reported_length``; a CVRP solution is validated first), and a polished
     solution that is not cheaper keeps the decoded one; the result's ``seconds`` is the polish's own
     time, ``decode`` named ``<decode> + 2-opt + or-opt`` or ``<decode> + local search`` (``+ ILS <s>
@@ -209,7 +199,7 @@ def polish(solutions, seconds: float | None = None, seed: int = 0, max_moves: in
         elif group.problem == "tsp":
             better = tsp_iterated_search(group.distance_matrix(i), tour, budget, rng, max_moves)
         else:
-            better = local_search(group, i, tour) if budget is None else iterated_search(group, i, tour, budget, seed)
+            better = pyvrp_search(group, i, tour, seed, budget)
             if group.problem == "cvrp":  # (the cost of the other problems validates the solution)
                 validate_tour("cvrp", better, group.num_nodes, group.instances["demand"][i])
         cost = group.reported_length(i, better)
