@@ -5,10 +5,12 @@
     python eval.py --checkpoint ckpt.pt --data ../shared/benchmarks/tsplib --references ../shared/benchmarks/tsplib/optima.csv
     python eval.py --checkpoint checkpoints/mtvrp20.pt --variant vrptw --reference-solver pyvrp --num-instances 200
     python eval.py --checkpoint checkpoints/vrptw20.pt --data ../shared/benchmarks/solomon
+    python eval.py --data ../shared/benchmarks/cvrplib --decode multi-greedy --augment 8   # cvrp-general, polished
     python eval.py --checkpoint checkpoints/families/op20.pt --decode multi-greedy --reference-solver ortools --num-instances 200
 
 Checkpoints written by ppo_or.py and the published RLOR state dicts are both accepted (read with
-weights_only=True); the problem and size come from the checkpoint.
+weights_only=True); the problem and size come from the checkpoint. Without --checkpoint, TSPLIB and
+CVRPLIB files are decoded by the shipped general model of their kind (FILE_MODELS).
 """
 
 import math
@@ -251,7 +253,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
             except ImportError as exc:
                 if args.polish == "all":
                     raise
-                print(f"not polished: {exc} (or --polish none)")
+                print(f"not polished: {exc} (--polish none silences this)")
                 polishing = False
         total = args.num_instances if args.data in STANDARD_SETS and args.num_instances else None
         with tqdm(total=total, desc=f"{args.decode} x{args.augment}", unit="inst", disable=None) as progress:
