@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 
 import numpy as np
-from ppoor.checkers.tours import validate_tour
+from ppoor.checkers.tours import validate_tour, vrp_cost
 from ppoor.solvers.references import depot_actions, pyvrp, pyvrp_model, vrp_actions
 
 EPS = 1e-9  # a move must shorten the tour by more than this
@@ -155,7 +155,7 @@ def pyvrp_search(dataset, index: int, tour: np.ndarray, seed: int = 0, seconds: 
     of the result, or ``tour`` itself where the result is not feasible."""
     deadline = None if seconds is None else time.perf_counter() + seconds
     vrp = pyvrp()
-    model, k = pyvrp_model(dataset, index)
+    model, k = pyvrp_model(dataset, index, search=True)
     data = model.data()
     client = vrp.ActivityType.CLIENT
     routes = [vrp.Route(data, [vrp.Activity(client, c - k) for c in customers], depot)
@@ -202,6 +202,8 @@ def polish(solutions, seconds: float | None = None, seed: int = 0, max_moves: in
             better = pyvrp_search(group, i, tour, seed, budget)
             if group.problem == "cvrp":  # (the cost of the other problems validates the solution)
                 validate_tour("cvrp", better, group.num_nodes, group.instances["demand"][i])
+            elif group.problem == "mtvrp" and group.rounding != "exact":  # a file's cost is its length alone:
+                vrp_cost({key: value[i] for key, value in group.instances.items()}, better)  # check it here
         cost = group.reported_length(i, better)
         keep = group.problem != "tsp" and cost >= length
         tours.append(tour if keep else better)

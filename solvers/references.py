@@ -162,10 +162,13 @@ def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
     return tour
 
 
-def vrp_model(dataset: Dataset, index: int):
+def vrp_model(dataset: Dataset, index: int, search: bool = False):
     """PyVRP's model of multi-task VRP instance ``index`` (``pyvrp_vrp_tour``): depot d is PyVRP's
-    depot d and vehicle type d, customer action k + i its client i."""
-    if dataset.rounding != "exact":
+    depot d and vehicle type d, customer action k + i its client i. A benchmark file's instance is
+    refused for references (it carries its best-known cost) but modelled for a ``search`` (the
+    polish), whose solutions are feasible with exact distances, so under the file's rounding too, and
+    are re-scored in the file's units by our checker."""
+    if dataset.rounding != "exact" and not search:
         raise ValueError(
             f"{dataset.names[index]}: PyVRP references are for generated and .npz instances; "
             "benchmark files carry their best-known costs"
@@ -173,7 +176,7 @@ def vrp_model(dataset: Dataset, index: int):
     inst = {key: value[index] for key, value in dataset.instances.items()}
     points = dataset.node_points(index)
     k, n = len(inst["depots"]), len(inst["coords"])
-    travel = scaled_distances(points)  # exact coordinates: benchmark files were refused above
+    travel = scaled_distances(points)  # exact distances (a benchmark file's rounding only for a search)
     if inst["open_route"]:
         travel[:, :k] = 0
     zeros = np.zeros(k)
@@ -221,12 +224,12 @@ def vrp_actions(solution, k: int) -> np.ndarray:
     return np.asarray(tour)
 
 
-def pyvrp_model(dataset: Dataset, index: int) -> tuple[object, int]:
+def pyvrp_model(dataset: Dataset, index: int, search: bool = False) -> tuple[object, int]:
     """PyVRP's model of instance ``index`` of a CVRP, multi-task VRP, multi-resource CVRP or
     prize-collecting CVRP set, and the number of depot actions before the customers' (1, or the VRP's
-    k): the model the references solve and the polish searches."""
+    k): the model the references solve and, with ``search``, the polish searches (``vrp_model``)."""
     if dataset.problem == "mtvrp":
-        return vrp_model(dataset, index), len(dataset.instances["depots"][index])
+        return vrp_model(dataset, index, search), len(dataset.instances["depots"][index])
     if dataset.problem == "cvrp":
         demand = np.rint(dataset.instances["demand"][index] * UNIT_SCALE).astype(int)[:, None]
         return depot_model(dataset.node_points(index), integer_distances(dataset, index), demand, UNIT_SCALE, None), 1
