@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -145,23 +146,7 @@ class Model:
         (``models.attention_model.distance_bias``) for this call; None keeps the model's own.
         """
         self.check_options(decode, augment, num_instances, num_nodes, variant, reference_solver)
-        own = self.agent.distance_prior
-        if distance_prior is not None:
-            self.agent.distance_prior = check_prior(distance_prior)
-        try:
-            return self.decode_all(
-                data, decode, augment, num_starts, num_samples, batch_size, seed, num_instances, num_nodes,
-                variant, references, reference_solver, solver_seconds, reencode, progress, temperature, top_k,
-                top_p, beam_width,
-            )  # fmt: skip
-        finally:
-            self.agent.distance_prior = own
-
-    def decode_all(
-        self, data, decode, augment, num_starts, num_samples, batch_size, seed, num_instances, num_nodes, variant,
-        references, reference_solver, solver_seconds, reencode, progress, temperature, top_k, top_p, beam_width,
-    ) -> Solutions:  # fmt: skip
-        """``solve`` with the model as it is (its arguments checked)."""
+        beta = self.agent.distance_prior if distance_prior is None else check_prior(distance_prior)
 
         def check_memory(nodes: int, instances: int) -> None:
             count = trajectories(decode, num_starts or nodes + 1, num_samples, beam_width)
@@ -185,11 +170,12 @@ class Model:
             check_memory(group.num_nodes, len(group.names))
         tours, lengths, refs, seconds = [], [], [], 0.0
         for group in groups:
-            result = decode_instances(
-                self.agent, group.instances, decode, num_starts=num_starts, num_samples=num_samples,
-                augment_copies=augment, batch_size=batch_size, seed=seed, reencode=reencode, progress=progress,
-                temperature=temperature, top_k=top_k, top_p=top_p, beam_width=beam_width,
-            )  # fmt: skip
+            with prior(self.agent, beta):
+                result = decode_instances(
+                    self.agent, group.instances, decode, num_starts=num_starts, num_samples=num_samples,
+                    augment_copies=augment, batch_size=batch_size, seed=seed, reencode=reencode, progress=progress,
+                    temperature=temperature, top_k=top_k, top_p=top_p, beam_width=beam_width,
+                )  # fmt: skip
             tours += result.tours
             lengths.append([group.reported_length(i, tour) for i, tour in enumerate(result.tours)])
             if reference_solver:
@@ -273,6 +259,16 @@ def solve(data="test", checkpoint: str | os.PathLike = "tsp20", device=None, **o
     """``Model(checkpoint, device=device).solve(data, **options)``: decodes ``data`` with a trained
     model in one call (see ``Model.solve`` for the options)."""
     return Model(checkpoint, device=device).solve(data, **options)
+
+
+@contextmanager
+def prior(agent, beta: float):
+    """``agent`` decodes with the distance prior ``beta`` inside the block, its own again after it."""
+    own, agent.distance_prior = agent.distance_prior, beta
+    try:
+        yield agent
+    finally:
+        agent.distance_prior = own
 
 
 def decode_memory(nodes: int, rows: int, trajectories: int) -> float:
