@@ -40,7 +40,8 @@ DISTRIBUTIONS = {
     "cvrp": ("uniform", "clustered", "mixed", "x"),
     "mtvrp": ("uniform", "solomon"),
 }
-"""The distributions each problem's env can draw (the others draw only their own)."""
+"""The distributions each problem's env can draw (the others draw only their own; the VRP's solomon only
+for its vrptw variant, ``env_distributions``)."""
 CENTRES = (3, 8)  # Gaussian centres (clustered) and X seeds per instance, inclusive
 SPREAD = (0.03, 0.10)  # the clusters' standard deviation, in units of the square
 GRID = 1000.0  # the X generator's grid
@@ -49,10 +50,16 @@ ROUTE_SIZE = (3, 25)  # X: average customers per route, which sets the capacity
 DEMAND_LAWS = 7
 
 
+def env_distributions(problem: str, variant: str | None = None) -> tuple[str, ...]:
+    """The distributions the env of ``problem`` (of the VRP's ``variant``) draws."""
+    if problem == "mtvrp" and variant != "vrptw":
+        return ("uniform",)
+    return DISTRIBUTIONS.get(problem, ("uniform",))
+
+
 def draw(problem: str, rng: np.random.Generator, count: int, num_nodes: int, distribution: str = "uniform") -> dict:
     """``count`` instances of ``num_nodes`` nodes (TSP) or customers (CVRP) of ``distribution``."""
-    if distribution not in DISTRIBUTIONS.get(problem, ("uniform",)):
-        known = DISTRIBUTIONS.get(problem, ("uniform",))
+    if distribution not in (known := DISTRIBUTIONS.get(problem, ("uniform",))):
         raise ValueError(f"{problem} instances can be drawn from {', '.join(known)}, not {distribution!r}")
     if distribution == "uniform" and problem == "mtvrp":
         raise ValueError("the VRP env draws its uniform instances itself (envs.vrp.vrp_instances)")

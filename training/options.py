@@ -10,8 +10,8 @@ import sys
 from dataclasses import asdict, replace
 
 import torch
-from ppoor.envs import ENV_IDS, EnvSizes, env_sizes
-from ppoor.envs.distributions import DISTRIBUTIONS
+from ppoor.envs import ENV_IDS, ENV_VARIANTS, EnvSizes, env_sizes
+from ppoor.envs.distributions import env_distributions
 from ppoor.envs.instances import KOOL_SET_SIZE
 from ppoor.envs.vrp import TEST_SET_SIZE
 from ppoor.models import compiler_problem
@@ -134,12 +134,9 @@ def check_args(args, starts: int) -> None:
         problems.append("--norm-groups and --replay-batch-norm are two cures of the same mismatch: choose one")
     if args.baseline == "shared" and args.n_traj * args.train_augment < 2:
         problems.append("--baseline shared needs at least 2 trajectories per instance (--n-traj x --train-augment)")
-    val_size = KOOL_SET_SIZE if ENV_IDS[args.env_id] in ("tsp", "cvrp") else TEST_SET_SIZE
     problem = ENV_IDS[args.env_id]
-    known = ("uniform", "solomon") if args.env_id == "vrptw-v0" else DISTRIBUTIONS.get(problem, ("uniform",))
-    if problem == "mtvrp" and args.env_id != "vrptw-v0":
-        known = ("uniform",)
-    if args.distribution not in known:
+    val_size = KOOL_SET_SIZE if problem in ("tsp", "cvrp") else TEST_SET_SIZE
+    if args.distribution not in (known := env_distributions(problem, ENV_VARIANTS.get(args.env_id))):
         problems.append(f"--distribution {args.distribution}: --env-id {args.env_id} draws {' / '.join(known)}")
     if args.max_nodes is not None and problem not in ("tsp", "cvrp"):
         problems.append(f"--max-nodes: mixed sizes are drawn for tsp and cvrp, not --env-id {args.env_id}")
