@@ -8,7 +8,8 @@ Beside them, measured in the same run: PyVRP's iterated local search from scratc
 seconds per instance the general model's decoding and polish took together (the same seconds), and
 LKH (elkai, optional; it takes no time limit, its own seconds are printed). Each row prints its mean
 gap, its seconds per instance (a polished row's include its decoding), and its gap's ratio to the
-first model's decoded gap.
+first model's decoded gap. Last, the published per-instance costs of other neural solvers in
+bench/published.csv (each with its paper), scored on the same instances against the same references.
 
     python bench/real_instances.py                                   # ../shared/benchmarks, both tables
     python bench/real_instances.py --benchmarks tsplib --limit 5     # the first 5 TSPLIB files only
@@ -30,6 +31,25 @@ from ppoor.solvers.references import integer_distances, lkh_tour, pyvrp_tour
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
 FOLDERS = {"tsplib": ("tsp", "optima.csv"), "cvrplib": ("cvrp", "best_known.csv")}
+PUBLISHED = Path(__file__).with_name("published.csv")
+
+
+def published_rows(bench: str, names: list, references: np.ndarray) -> list[tuple[str, float, float]]:
+    """(label, mean gap, NaN seconds) of each method in bench/published.csv that reports every one of
+    ``names`` (the run's instances, in order) on ``bench``; gaps against the run's ``references``."""
+    costs: dict[str, dict[str, float]] = {}
+    for line in PUBLISHED.read_text().splitlines():
+        if line.startswith("#") or line.startswith("method,"):
+            continue
+        method, where, instance, cost = line.rsplit(",", 3)
+        if where == bench:
+            costs.setdefault(method, {})[instance] = float(cost)
+    rows = []
+    for method, found in costs.items():
+        if all(name in found for name in names):
+            gaps = 100 * (np.array([found[name] for name in names]) / references - 1)
+            rows.append((f"{method} (published)", float(gaps.mean()), float("nan")))
+    return rows
 
 
 def model_rows(name: str, data: str, references: str, polish_seconds: float, limit: int | None) -> list:
@@ -95,11 +115,13 @@ def main() -> None:
         general = rows[1][2]  # the first model's seconds per instance, decoding and polish
         if row := solver_row(problem, first.groups, first.references, general):
             rows.append(row)
+        rows += published_rows(bench, first.names, first.references)
         print(f"\n{bench}: {len(first.lengths)} instances ({problem.upper()}), {os.cpu_count()} cores, "
               f"{args.threads} thread(s); gap to {csv}")  # fmt: skip
-        print(f"{'':<40} {'mean gap':>9} {'s / inst.':>10} {'gap / first':>12}")
+        print(f"{'':<52} {'mean gap':>9} {'s / inst.':>10} {'gap / first':>12}")
         for label, gap, seconds in rows:
-            print(f"{label:<40} {gap:>8.2f}% {seconds:>10.2f} {gap / rows[0][1]:>12.2f}")
+            timing = "-" if np.isnan(seconds) else f"{seconds:.2f}"  # a published row's seconds are not ours
+            print(f"{label:<52} {gap:>8.2f}% {timing:>10} {gap / rows[0][1]:>12.2f}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ and the VRP variants' PyVRP references, shipped or solved once and cached (solve
 
 import json
 
+import numpy as np
 import pytest
 from checks import bench_module
 
@@ -49,3 +50,13 @@ def test_variant_references_shipped_else_solved_once_and_cached(tmp_path):
     for _ in range(2):  # other seconds than the shipped ones: solved the first time, read from the cache after
         assert list(variant_references("vrptw", 50, 3, 0.5, tmp_path, solved)) == [7.0, 8.0, 9.0]
     assert calls == [1] and [p.name for p in tmp_path.iterdir()] == ["vrptw50_test_first3_pyvrp0.5s.npy"]
+
+
+def test_published_rows_cover_every_instance_of_the_run_or_are_left_out():
+    real = bench_module("real_instances")
+    lines = [line for line in real.PUBLISHED.read_text().splitlines() if not line.startswith(("#", "method,"))]
+    method, bench, instance, cost = lines[0].rsplit(",", 3)
+    (label, gap, seconds), *_ = real.published_rows(bench, [instance], np.array([float(cost) / 1.05]))
+    assert label.startswith(method) and gap == pytest.approx(5.0) and np.isnan(seconds)
+    assert real.published_rows(bench, [instance, "not-in-the-file"], np.array([1.0, 1.0])) == []
+    assert real.published_rows("no-such-benchmark", [instance], np.array([1.0])) == []
