@@ -123,6 +123,8 @@ class Args:
     """encode each instance once per rollout; False re-encodes at every step (a benchmark baseline)"""
     distance_prior: float | None = None
     """beta of the decoder's prior toward near nodes (models.attention_model.distance_bias); None: 3 for TSP, CVRP"""
+    encoder: Literal["am", "transformer"] = "am"
+    """the encoder's layers: am (Kool et al.'s, batch norm) or transformer (RouteFinder's, RMSNorm and SwiGLU)"""
     amp: bool = False
     """bf16 autocast of the model on a CUDA GPU"""
     compile: bool = False
@@ -368,7 +370,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     wrapper = StateWrapper(problem, device)
     val_data, val_references = routing.validation_set(args) if args.eval_interval and rank == 0 else (None, None)
 
-    agent = Agent(problem, distance_prior=args.distance_prior).to(device)
+    agent = Agent(problem, distance_prior=args.distance_prior, encoder=args.encoder).to(device)
     if init:
         agent.load_state_dict(init["model"])
     if args.compile:

@@ -69,6 +69,39 @@ class EncoderLayer(nn.Module):
         return batch_norm(self.norm2, h + self.feed_forward(h))
 
 
+class TransformerLayer(nn.Module):
+    """RouteFinder's encoder layer: h = h + MHA(RMSNorm(h)); h = h + SwiGLU(RMSNorm(h)) (pre-norm, no
+    batch statistics: an instance's encoding does not depend on the others in its batch)."""
+
+    def __init__(self, embed_dim: int, num_heads: int, ff_hidden: int):
+        super().__init__()
+        self.norm1 = nn.RMSNorm(embed_dim)
+        self.attention = MultiHeadAttention(embed_dim, num_heads)
+        self.norm2 = nn.RMSNorm(embed_dim)
+        self.gate_up = nn.Linear(embed_dim, 2 * ff_hidden, bias=False)
+        self.down = nn.Linear(ff_hidden, embed_dim, bias=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        h = h + self.attention(self.norm1(h))
+        gate, up = self.gate_up(self.norm2(h)).chunk(2, dim=-1)
+        return h + self.down(F.silu(gate) * up)
+
+
+ENCODERS = ("am", "transformer")
+"""The encoder layers: ``am`` Kool et al.'s (post-norm, batch norm, ReLU), ``transformer`` RouteFinder's
+(pre-norm RMSNorm, SwiGLU, a final RMSNorm)."""
+
+
+def make_encoder(kind: str, embed_dim: int, num_heads: int, num_layers: int, ff_hidden: int) -> nn.Sequential:
+    """The stack of ``num_layers`` encoder layers of ``kind`` (one of ``ENCODERS``): [B, A, d] -> [B, A, d]."""
+    if kind == "am":
+        return nn.Sequential(*(EncoderLayer(embed_dim, num_heads, ff_hidden) for _ in range(num_layers)))
+    if kind == "transformer":  # SwiGLU's three matrices at 2/3 of the width hold as many weights as two
+        layers = [TransformerLayer(embed_dim, num_heads, 2 * ff_hidden // 3) for _ in range(num_layers)]
+        return nn.Sequential(*layers, nn.RMSNorm(embed_dim))
+    raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got {kind!r}")
+
+
 class Decoder(nn.Module):
     """One decode step for N queries per instance against the cached encoding.
 
@@ -143,20 +176,29 @@ class AttentionModel(nn.Module):
         ff_hidden: int = 512,
         tanh_clipping: float = 10.0,
         distance_prior: float = 0.0,
+        encoder: str = "am",
     ):
-        """``distance_prior``: beta of ``distance_bias`` (0: none), a setting of the model that decoding may change."""
+        """``distance_prior``: beta of ``distance_bias`` (0: none), a setting of the model that decoding may change;
+        ``encoder``: the kind of encoder layers (``ENCODERS``)."""
         super().__init__()
         if problem not in PROBLEM_MODULES:
             raise ValueError(f"problem must be one of {sorted(PROBLEM_MODULES)}, got {problem!r}")
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
-        self.problem, self.distance_prior = problem, check_prior(distance_prior)
+        self.problem, self.distance_prior, self.encoder_kind = problem, check_prior(distance_prior), encoder
         embedding_cls, context_cls = PROBLEM_MODULES[problem]
         self.embedding = embedding_cls(embed_dim)
-        self.encoder = nn.Sequential(*(EncoderLayer(embed_dim, num_heads, ff_hidden) for _ in range(num_layers)))
+        self.encoder = make_encoder(encoder, embed_dim, num_heads, num_layers, ff_hidden)
         self.context = context_cls(embed_dim)
         self.decoder = Decoder(embed_dim, num_heads, self.context.context_dim, tanh_clipping)
         self.critic = nn.Sequential(nn.Linear(embed_dim, embed_dim), nn.ReLU(), nn.Linear(embed_dim, 1))
+
+    @property
+    def config(self) -> dict:
+        """The settings a checkpoint's ``model_config`` records to build this model again (those that
+        differ from the defaults, so that older readers still read a default model's checkpoint)."""
+        config = {"distance_prior": self.distance_prior} if self.distance_prior else {}
+        return config | ({"encoder": self.encoder_kind} if self.encoder_kind != "am" else {})
 
     def encode(self, static: dict, groups: list[torch.Tensor] | None = None) -> Cache:
         """static: the problem's static tensors with instance axis B (see ``models.state``). ``groups``:

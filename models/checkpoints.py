@@ -157,7 +157,11 @@ def load_agent(
         raise CheckpointError(
             f"checkpoint {path} is a {ckpt['problem'].upper()} model, but a {problem.upper()} model was asked for"
         )
-    agent = Agent(ckpt["problem"], **ckpt["model_config"])
+    config = ckpt.get("model_config", {})
+    try:
+        agent = Agent(ckpt["problem"], **config)
+    except (TypeError, ValueError) as exc:  # a setting this version does not know, or a value it refuses
+        raise CheckpointError(f"checkpoint {path} has model settings this version cannot build ({config}): {exc}") from exc
     try:
         agent.load_state_dict(ckpt["model"])
     except RuntimeError as exc:

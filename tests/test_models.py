@@ -299,3 +299,34 @@ def test_single_query_attention_equals_the_fused_kernel(seed):
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     torch.testing.assert_close(single_query_attention(q, k, v, bias), expected, rtol=1e-5, atol=1e-5)
     assert not torch.equal(expected, F.scaled_dot_product_attention(q, k, v))  # the mask matters
+
+
+@pytest.mark.parametrize("problem", ["tsp", "cvrp", "mtvrp"])
+def test_the_transformer_encoder_encodes_each_instance_alone_even_in_training_mode(problem):
+    """RouteFinder's layers hold no batch statistics: an instance's encoding in training mode is the
+    same alone as in a batch (batch norm's is not, which --norm-groups exists for)."""
+    static, _ = episode_states(problem, m=4)
+    alone = {k: v[1:2] for k, v in static.items()}
+    for encoder, independent in (("transformer", True), ("am", False)):
+        torch.manual_seed(0)
+        agent = Agent(problem, encoder=encoder).train()
+        batch, single = agent.encode(static), agent.encode(alone)
+        same = torch.allclose(batch.logit_key[1:2], single.logit_key, rtol=1e-4, atol=1e-5)
+        assert same == independent, encoder
+
+
+def test_the_encoder_kind_is_recorded_and_rebuilt_and_unknown_settings_fail_in_one_line(tmp_path):
+    torch.manual_seed(1)
+    agent = Agent("cvrp", encoder="transformer", distance_prior=2.0).eval()
+    assert agent.config == {"distance_prior": 2.0, "encoder": "transformer"} and Agent("tsp").config == {}
+    path = tmp_path / "t.pt"
+    save_checkpoint({"problem": "cvrp", "num_nodes": 10, "model_config": agent.config, "model": agent.state_dict()}, path)
+    loaded, _ = load_agent(path)
+    static, states = episode_states("cvrp", m=2)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(loaded.encode(static), states[1])[0], agent(agent.encode(static), states[1])[0])
+    for config, detail in (({"encoder": "gnn"}, "encoder must be one of am, transformer"), ({"depth": 9}, "depth")):
+        save_checkpoint({"problem": "cvrp", "num_nodes": 10, "model_config": config, "model": agent.state_dict()}, path)
+        with pytest.raises(CheckpointError, match="model settings this version cannot build") as error:
+            load_agent(path)
+        assert detail in str(error.value) and "\n" not in str(error.value)

@@ -675,6 +675,17 @@ def test_init_from_starts_a_new_run_from_a_models_weights(tmp_path):
             assert torch.allclose(trained["model"][key], value, atol=1e-6), key
     result = train(tmp_path, "--init-from", "cvrp20", check=False)
     assert result.returncode != 0 and "--init-from cvrp20 is a CVRP model, not TSP" in result.stderr
+    result = train(tmp_path, "--init-from", "tsp20", "--encoder", "transformer", check=False)
+    assert result.returncode != 0 and "has am encoder layers, not transformer: give --encoder am" in result.stderr
+
+
+def test_a_transformer_encoder_run_trains_records_its_layers_and_resumes(tmp_path):
+    train(tmp_path, "--env-id", "cvrp-v0", "--num-nodes", "6", "--encoder", "transformer", *TINY,
+          "--total-timesteps", "100", "--eval-interval", "0", "--checkpoint-interval", "1")  # fmt: skip
+    first = sorted((run_dir(tmp_path) / "ckpt").iterdir(), key=lambda p: int(p.stem))[0]
+    agent, ckpt = load_agent(first)
+    assert ckpt["model_config"]["encoder"] == "transformer" and agent.encoder_kind == "transformer"
+    train(tmp_path, "--resume", str(first), "--total-timesteps", "150")
 
 
 @settings(max_examples=6, deadline=None)

@@ -178,5 +178,5 @@ def resolve_args(args, given: set[str] | None = None) -> tuple:
             f"{sizes.max_episode_steps} steps an episode may take (drop --num-steps or use --baseline critic)"
         )
     fail(problems)
-    init = initial_weights(args.init_from, ENV_IDS[args.env_id]) if args.init_from and not ckpt else None
+    init = initial_weights(args.init_from, ENV_IDS[args.env_id], args.encoder) if args.init_from and not ckpt else None
     return args, ckpt, sizes, init

@@ -26,14 +26,17 @@ from ppoor.training.parallel import all_sum, gather
 from ppoor.training.runs import Run, available_memory, memory_problem
 
 
-def initial_weights(source: str, problem: str) -> dict:
-    """The checkpoint --init-from names, read (weights only) and checked to be a model of ``problem``."""
+def initial_weights(source: str, problem: str, encoder: str = "am") -> dict:
+    """The checkpoint --init-from names, read (weights only) and checked to be a model of ``problem``
+    with ``encoder`` layers."""
     try:
         init = read_checkpoint(latest_checkpoint(source))
     except CheckpointError as exc:
         sys.exit(f"error: --init-from: {exc}")
     if init["problem"] != problem:
         sys.exit(f"error: --init-from {source} is a {init['problem'].upper()} model, not {problem.upper()}")
+    if (kind := init.get("model_config", {}).get("encoder", "am")) != encoder:
+        sys.exit(f"error: --init-from {source} has {kind} encoder layers, not {encoder}: give --encoder {kind}")
     return init
 
 
@@ -194,7 +197,7 @@ def training_state(run: Run, agent: Agent, optimizer, envs, args) -> dict:
     return {
         "problem": agent.problem,
         "num_nodes": eval_size(args),
-        "model_config": {"distance_prior": agent.distance_prior} if agent.distance_prior else {},
+        "model_config": agent.config,
         "model": agent.state_dict(),
         "optimizer": optimizer.state_dict(),
         "args": asdict(args),
