@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from ppoor.envs import ENV_IDS
+from ppoor.envs.vrp import instance_variants
 from ppoor.models import Agent, Cache, StateWrapper, compile_step
 from ppoor.models.distributed_norm import fixed_statistics, recorded_statistics
 from ppoor.search import allowed_starts, forced_actions
@@ -100,6 +101,8 @@ class Args:
     """the share of the stored decoding steps each minibatch trains on (0.5 halves the update's cost)"""
     norm_adv: bool = True
     """toggles advantages normalization"""
+    norm_rewards: Literal["none", "variant"] = "none"
+    """VRP variants: variant divides each variant's advantages by its running RMS (mixed batches of unlike costs)"""
     clip_coef: float = 0.2
     """the surrogate clipping coefficient"""
     clip_vloss: bool = True
@@ -332,10 +335,11 @@ def rollout(
     return routing.Rollout(static, routing.stack_states(states), batch, norms, groups, env_steps), obs
 
 
-def add_advantages(batch: dict, episode_return: np.ndarray, args: Args) -> None:
+def add_advantages(batch: dict, episode_return: np.ndarray, args: Args, scales=None, envs=None) -> None:
     """The advantages [T, M, N] of the rollout's ``batch``: GAE over the critic's values (and the
     returns it learns), or with the shared baseline each trajectory's return ``episode_return``
-    [M, N] (the rollout holds whole episodes) against the mean of its instance's trajectories."""
+    [M, N] (the rollout holds whole episodes) against the mean of its instance's trajectories, divided
+    by its variant's running scale with --norm-rewards variant (``scales``, the variants of ``envs``)."""
     if args.baseline == "critic":
         values, next_value = batch["values"], batch.pop("next_value")
         advantages = compute_gae(
@@ -344,7 +348,10 @@ def add_advantages(batch: dict, episode_return: np.ndarray, args: Args) -> None:
         batch["advantages"], batch["returns"] = advantages, advantages + values
     else:
         returns = torch.as_tensor(episode_return, dtype=torch.float32, device=batch["actions"].device)
-        batch["advantages"] = routing.shared_advantages(returns, args.train_augment).expand(len(batch["actions"]), -1, -1)
+        advantages = routing.shared_advantages(returns, args.train_augment)
+        if scales is not None:
+            advantages = scales(advantages, instance_variants(envs.unwrapped.static))
+        batch["advantages"] = advantages.expand(len(batch["actions"]), -1, -1)
 
 
 def main(args: Args, given: set[str] | None = None) -> None:
@@ -387,6 +394,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     routing.announce(run, args, sizes, world_size, device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)
     episode = {"return": np.zeros((args.num_envs, args.n_traj)), "length": np.zeros((args.num_envs, args.n_traj), int)}
+    scales = routing.VariantScales(ckpt and ckpt.get("variant_scales")) if args.norm_rewards == "variant" else None
 
     while run.going():
         run.iteration += 1
@@ -403,7 +411,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         episode["done"] = envs.unwrapped.terminated.all()
         if episode["done"]:
             routing.log_episodes(run, episode, envs.unwrapped.episode_statistics())
-        add_advantages(data.batch, episode["return"], args)
+        add_advantages(data.batch, episode["return"], args, scales, envs)
         rollout_time = time.time() - rollout_start
 
         # optimizing the policy and value network over minibatches of instances
@@ -425,14 +433,14 @@ def main(args: Args, given: set[str] | None = None) -> None:
         if run.is_main:
             print(line + run.progress(), flush=True)
         if run.checkpoint_due():
-            run.save(routing.training_state(run, agent, optimizer, envs, args))
+            run.save(routing.training_state(run, agent, optimizer, envs, args, scales))
 
     if run.stop.requested:
-        run.stopped(run.save(routing.training_state(run, agent, optimizer, envs, args)))
+        run.stopped(run.save(routing.training_state(run, agent, optimizer, envs, args, scales)))
     if run.is_main and args.eval_interval:
         results = run.log_all(routing.evaluate(agent, val_data, args.eval_batch_size, val_references))
         print("final evaluation: " + " ".join(f"{tag}={value:.4f}" for tag, value in results.items()), flush=True)
-    path = run.save(routing.training_state(run, agent, optimizer, envs, args))
+    path = run.save(routing.training_state(run, agent, optimizer, envs, args, scales))
     if world_size > 1:
         parallel.report_parameter_agreement(agent, run.is_main)
     if run.is_main:

@@ -16,6 +16,7 @@ from checks import SHARED
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from ppoor.envs import ENV_IDS, kool_dataset, standard_dataset
+from ppoor.envs.vrp import VARIANTS
 from ppoor.models import Agent, compiler_problem, load_agent, read_checkpoint
 from ppoor.search import decode
 from ppoor.training import routing
@@ -798,3 +799,33 @@ def test_a_run_too_large_for_memory_is_refused_in_one_line(tmp_path):
         assert result.returncode != 0 and time.time() - start < 120
         (line,) = result.stderr.strip().splitlines()
         assert line.startswith("error: this run needs about") and "lower --num-envs" in line, line
+
+
+@settings(max_examples=20, deadline=None)
+@given(m=st.integers(1, 12), n=st.integers(2, 6), seed=st.integers(0, 10_000))
+def test_variant_scales_give_each_variant_unit_rms_first_and_then_follow_a_running_average(m, n, seed):
+    rng = np.random.default_rng(seed)
+    names = [str(v) for v in rng.choice(["cvrp", "vrptw", "ovrpb"], size=m)]
+    spread = torch.tensor([{"cvrp": 1.0, "vrptw": 50.0, "ovrpb": 0.01}[v] for v in names])[:, None]
+    advantages = torch.as_tensor(rng.standard_normal((m, n)), dtype=torch.float32) * spread
+    scales = routing.VariantScales(decay=0.5)
+    scaled = scales(advantages, names)
+    for name in set(names):
+        rows = [i for i, v in enumerate(names) if v == name]
+        rms = scaled[rows].pow(2).mean().sqrt().item()
+        assert rms == pytest.approx(1.0, rel=1e-3) or advantages[rows].abs().max() < 1e-6
+    before = dict(scales.state)
+    scales(2 * advantages, names)  # the next rollout's mean square is 4x: the average moves halfway
+    for name, square in before.items():
+        assert scales.state[name] == pytest.approx(0.5 * square + 0.5 * 4 * square, rel=1e-5)
+
+
+def test_variant_normalised_rewards_train_save_their_scales_and_resume(tmp_path):
+    train(tmp_path, "--env-id", "mtvrp48-v0", "--num-nodes", "6", "--norm-rewards", "variant", *TINY,
+          "--total-timesteps", "100", "--eval-interval", "0", "--checkpoint-interval", "1")  # fmt: skip
+    first = sorted((run_dir(tmp_path) / "ckpt").iterdir(), key=lambda p: int(p.stem))[0]
+    scales = read_checkpoint(first)["variant_scales"]
+    assert scales and all(name in VARIANTS and value > 0 for name, value in scales.items())
+    train(tmp_path, "--resume", str(first), "--total-timesteps", "150")
+    result = train(tmp_path, "--norm-rewards", "variant", *TINY, "--total-timesteps", "40", check=False)
+    assert result.returncode != 0 and "--norm-rewards variant scales" in result.stderr

@@ -138,6 +138,8 @@ def check_args(args, starts: int) -> None:
     val_size = KOOL_SET_SIZE if problem in ("tsp", "cvrp") else TEST_SET_SIZE
     if args.distribution not in (known := env_distributions(problem, ENV_VARIANTS.get(args.env_id))):
         problems.append(f"--distribution {args.distribution}: --env-id {args.env_id} draws {' / '.join(known)}")
+    if args.norm_rewards == "variant" and (problem != "mtvrp" or args.baseline != "shared"):
+        problems.append("--norm-rewards variant scales the shared baseline's advantages of the VRP variants' envs")
     if args.max_nodes is not None and problem not in ("tsp", "cvrp"):
         problems.append(f"--max-nodes: mixed sizes are drawn for tsp and cvrp, not --env-id {args.env_id}")
     elif args.max_nodes is not None and args.max_nodes < args.num_nodes:

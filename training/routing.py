@@ -188,9 +188,10 @@ def minibatch_state(static: dict, steps: dict, index: torch.Tensor) -> dict:
     }
 
 
-def training_state(run: Run, agent: Agent, optimizer, envs, args) -> dict:
-    """What a checkpoint holds beside the run's state: the model, the optimizer, the settings and
-    every process's RNG states (gathered from all of them: call it on every process)."""
+def training_state(run: Run, agent: Agent, optimizer, envs, args, scales: VariantScales | None = None) -> dict:
+    """What a checkpoint holds beside the run's state: the model, the optimizer, the settings,
+    every process's RNG states (gathered from all of them: call it on every process) and, with
+    --norm-rewards variant, the variants' running scales."""
     rng = {"torch": torch.get_rng_state(), "env": envs.unwrapped.rng.bit_generator.state}
     if run.device is not None and run.device.type == "cuda":
         rng["cuda"] = torch.cuda.get_rng_state(run.device)
@@ -202,7 +203,7 @@ def training_state(run: Run, agent: Agent, optimizer, envs, args) -> dict:
         "optimizer": optimizer.state_dict(),
         "args": asdict(args),
         "rank_rng": gather(rng, run.world_size),
-    }
+    } | ({"variant_scales": scales.state} if scales is not None else {})
 
 
 def restore(ckpt: dict, agent: Agent, optimizer, envs, rank: int, device: torch.device) -> None:
@@ -280,6 +281,27 @@ def shared_advantages(returns: torch.Tensor, copies: int) -> torch.Tensor:
     num_envs, n_traj = returns.shape
     grouped = returns.view(copies, num_envs // copies, n_traj)
     return (grouped - grouped.mean((0, 2), keepdim=True)).view(num_envs, n_traj)
+
+
+class VariantScales:
+    """--norm-rewards variant: each VRP variant's shared-baseline advantages divided by a running RMS of
+    that variant's advantages (an exponential average, ``decay`` per rollout the variant appears in),
+    so that variants whose costs spread widely do not outweigh the others in a mixed batch. ``state``
+    (variant name -> mean square) is saved in checkpoints (rank 0's) and restored on resume."""
+
+    def __init__(self, state: dict | None = None, decay: float = 0.99):
+        self.state, self.decay = dict(state or {}), decay
+
+    def __call__(self, advantages: torch.Tensor, names: list[str]) -> torch.Tensor:
+        """advantages [M, N], ``names`` the variant of each of the M instances -> scaled advantages [M, N]."""
+        out = advantages.clone()
+        for name in sorted(set(names)):
+            rows = torch.tensor([m for m, given in enumerate(names) if given == name], device=advantages.device)
+            square = advantages[rows].pow(2).mean().item()
+            old = self.state.get(name)
+            self.state[name] = square if old is None else self.decay * old + (1 - self.decay) * square
+            out[rows] = advantages[rows] / (math.sqrt(self.state[name]) + 1e-8)
+        return out
 
 
 def step_subset(steps: dict, batch: dict, count: int) -> tuple[dict, dict]:
