@@ -235,3 +235,40 @@ def run_random(env, rng, options=None, seed=None):
             break
     assert env.terminated.all(), "episode did not finish within max_episode_steps"
     return np.stack(actions, -1), np.stack(rewards, -1), np.stack(done, -1).argmax(-1)
+
+
+# -- Flatland maps (flatland-rl is imported by the callers) ----------------------------------------
+STEPS = ((-1, 0), (0, 1), (1, 0), (0, -1))  # north, east, south, west: written here, not imported
+
+
+def ways(env, position, heading):
+    return [d for d, ok in enumerate(env.rail.get_transitions((position, heading))) if ok]
+
+
+def straight_chain(env, length=3):
+    """Cells c0 .. c_{length-1} of one track, each with a single way on heading d and a single way back."""
+    for r in range(env.height):
+        for c in range(env.width):
+            for d in range(4):
+                cells, ok = [(r, c)], True
+                for _ in range(length - 1):
+                    here = cells[-1]
+                    if ways(env, here, d) != [d]:
+                        ok = False
+                        break
+                    cells.append((here[0] + STEPS[d][0], here[1] + STEPS[d][1]))
+                back = (d + 2) % 4
+                if ok and all(ways(env, cell, back) == [back] for cell in cells[1:]) and ways(env, cells[-1], d) == [d]:
+                    return cells, d
+    raise AssertionError("no straight track of 3 cells on the map")
+
+
+def place(env, trains):
+    """Puts train h at (cell, heading) for each given entry, moving, and every other train off the map."""
+    from flatland.envs.step_utils.states import TrainState
+
+    for agent in env.agents:
+        agent.current_configuration = None
+    for handle, (cell, heading) in trains.items():
+        env.agents[handle].current_configuration = (cell, heading)
+        env.agents[handle].state_machine.set_state(TrainState.MOVING)

@@ -1,0 +1,374 @@
+"""Prioritized planning in space and time for Flatland, with a large-neighbourhood repair of the
+priorities (the approach of the Flatland 3 winner, MAPF-LNS, in its plainest complete form).
+
+Every train's path is planned as a sequence of (cell, heading) per simulator step, one train after
+another in a priority order, by A* over (cell, heading, step) with the shortest-path distance map as
+its heuristic. A planned path reserves its cells at its steps; a later train may not:
+- stand on a cell another train holds at that step (two trains wanting one cell);
+- swap cells with another train in one step (a head-on pass);
+while following a train that leaves a cell in the same step is allowed, as the simulator allows it.
+Trains wait before departing (off the map, reserving nothing) and on the track. A train enters the
+map on its start cell at the earliest one step after its earliest departure, moves one cell per
+step and leaves the map on the step it reaches its target (``Track``'s model of the simulator, which
+the tests check against the simulator itself). Paths end within the episode's step limit; a train no
+path fits waits off the map, and is tried again whenever a train arrives.
+
+The repair (``Planner.repair``) takes a train that found no path with a few trains whose reservations
+lie on its way, plans them again with the failed train first, and keeps the result when more trains
+arrive (or as many, sooner), until its time is spent. ``play_planner`` runs an episode: it plans,
+steps the simulator by the plans, and replans the trains the simulator moved otherwise than planned
+(malfunctions, where the env has them).
+
+Positions are (row, column); headings 0..3 = north, east, south, west; a step t is the simulator's
+state after its t-th step (t = 0 at reset).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from ppoor.railway.track import DO_NOTHING, MOVE_FORWARD, STOP_MOVING, exits, next_cell, simulator_action
+
+ORDERINGS = ("closest", "longest", "random")
+"""The fixed priority orders: the trains closest to their targets first, the farthest first, or random
+orders (restarted while the planning time lasts, the best kept)."""
+
+
+@dataclass
+class Plan:
+    """One train's path: (cell, heading) at steps ``start``, ``start`` + 1, ..., the last on its target
+    (the step it arrives and leaves the map). ``enters``: the train is off the map before ``start`` and
+    enters on its start cell at that step."""
+
+    handle: int
+    start: int
+    path: list
+    enters: bool
+
+    @property
+    def arrival(self) -> int:
+        return self.start + len(self.path) - 1
+
+    def at(self, t: int):
+        """(cell, heading) at step t, or None while off the map (before entering, after arriving)."""
+        return self.path[t - self.start] if self.start <= t <= self.arrival else None
+
+
+class Track:
+    """What the planner knows of one map: each train's start, target, earliest entering step and
+    distance map, the moves from each (cell, heading), and the step limit."""
+
+    def __init__(self, env):
+        self.env = env
+        self.trains = len(env.agents)
+        self.max_steps = int(env._max_episode_steps)
+        self.distances = env.distance_map.get()  # [T, H, W, 4]
+        self.starts = [agent.initial_configuration for agent in env.agents]
+        self.targets = [next(iter(agent.targets))[0] for agent in env.agents]
+        # ready to depart after the step that reaches the earliest departure (step 1 at the soonest), on the
+        # map one step later
+        self.earliest = [max(int(agent.earliest_departure), 1) + 1 for agent in env.agents]
+        self.moves_cache: dict = {}
+
+    def moves(self, cell: tuple, heading: int) -> list:
+        """[(next cell, heading there)] of the exits from ``cell`` entered heading ``heading``."""
+        key = (cell, heading)
+        if key not in self.moves_cache:
+            self.moves_cache[key] = [(next_cell(cell, e), e) for e in exits(self.env, cell, heading)]
+        return self.moves_cache[key]
+
+    def distance(self, handle: int, cell: tuple, heading: int) -> float:
+        return float(self.distances[handle, cell[0], cell[1], heading])
+
+    def alone_arrival(self, handle: int) -> float:
+        """The step the train would arrive alone on the map, leaving at its earliest (inf: never)."""
+        (cell, heading), enter = self.starts[handle], self.earliest[handle]
+        return enter + self.distance(handle, cell, heading)
+
+
+class Reservations:
+    """Who holds which cell at which step: the planned paths, and the parked trains (on the map with
+    no path: they hold their cell from a step on, for good)."""
+
+    def __init__(self):
+        self.held: dict = {}  # (cell, t) -> handle
+        self.parked: dict = {}  # cell -> (handle, from step)
+
+    def holder(self, cell: tuple, t: int):
+        park = self.parked.get(cell)
+        if park is not None and t >= park[1]:
+            return park[0]
+        return self.held.get((cell, t))
+
+    def free(self, cell: tuple, t: int, handle: int) -> bool:
+        return self.holder(cell, t) in (None, handle)
+
+    def swap(self, cell: tuple, to: tuple, t: int, handle: int) -> bool:
+        """Another train moves from ``to`` into ``cell`` between steps t and t + 1."""
+        other = self.held.get((to, t))
+        return other is not None and other != handle and self.held.get((cell, t + 1)) == other
+
+    def add(self, plan: Plan) -> None:
+        for k, (cell, _) in enumerate(plan.path):
+            self.held[(cell, plan.start + k)] = plan.handle
+
+    def remove(self, plan: Plan) -> None:
+        for k, (cell, _) in enumerate(plan.path):
+            if self.held.get((cell, plan.start + k)) == plan.handle:
+                del self.held[(cell, plan.start + k)]
+
+
+def search(track: Track, book: Reservations, handle: int, t0: int, at, limit: int) -> Plan | None:
+    """A* over (cell, heading, step) for train ``handle`` from step ``t0``: ``at`` its (cell, heading)
+    on the map at t0, or None when it is off the map (it enters at the earliest at max(t0 + 1, its
+    earliest step)). Returns the path that arrives soonest within the step limit without breaking a
+    reservation, or None when there is none (or ``limit`` nodes were expanded first)."""
+    target, horizon = track.targets[handle], track.max_steps
+    dist = track.distances[handle]
+    start_cell, start_heading = track.starts[handle]
+    enter_from = max(t0 + 1, track.earliest[handle])
+    tie = itertools.count()
+    parents: dict = {}
+    frontier: list = []
+
+    def push(node, parent, h):
+        if node not in parents and node[2] + h <= horizon:
+            parents[node] = parent
+            heapq.heappush(frontier, (node[2] + h, -node[2], next(tie), node))
+
+    if at is None:
+        h = 1 + dist[start_cell[0], start_cell[1], start_heading]
+        push((None, None, t0), None, h)
+    else:
+        push((at[0], at[1], t0), None, dist[at[0][0], at[0][1], at[1]])
+    expanded = 0
+    while frontier and expanded < limit:
+        _, _, _, node = heapq.heappop(frontier)
+        cell, heading, t = node
+        expanded += 1
+        if cell == target:
+            path = []
+            while node is not None and node[0] is not None:
+                path.append((node[0], node[1]))
+                node = parents[node]
+            path.reverse()
+            return Plan(handle, t - len(path) + 1, path, at is None)
+        if cell is None:  # off the map: wait there, or enter on the start cell
+            push((None, None, t + 1), node, 1 + dist[start_cell[0], start_cell[1], start_heading])
+            if t + 1 >= enter_from and book.free(start_cell, t + 1, handle):
+                push((start_cell, start_heading, t + 1), node, dist[start_cell[0], start_cell[1], start_heading])
+            continue
+        if book.free(cell, t + 1, handle):  # wait on the track
+            push((cell, heading, t + 1), node, dist[cell[0], cell[1], heading])
+        for to, way in track.moves(cell, heading):
+            h = dist[to[0], to[1], way]
+            if np.isfinite(h) and book.free(to, t + 1, handle) and not book.swap(cell, to, t, handle):
+                push((to, way, t + 1), node, h)
+    return None
+
+
+def free_path_cells(track: Track, handle: int, at) -> set:
+    """The cells of the train's shortest path from ``at`` (or its start) to its target, ignoring the others."""
+    cell, heading = at or track.starts[handle]
+    cells = {cell}
+    while cell != track.targets[handle]:
+        options = [(track.distance(handle, to, way), to, way) for to, way in track.moves(cell, heading)]
+        if not options or not np.isfinite(min(options)[0]):
+            break
+        _, cell, heading = min(options)
+        cells.add(cell)
+    return cells
+
+
+class Planner:
+    """Plans and repairs the paths of every train of one map (``Track``) from some step on.
+
+    ``plans``: handle -> Plan of the trains with a path; ``failed``: the trains still to run that have
+    none. ``limit``: the A* expansions allowed per train and search."""
+
+    def __init__(self, track: Track, rng: np.random.Generator, limit: int = 20_000):
+        self.track, self.rng, self.limit = track, rng, limit
+        self.book = Reservations()
+        self.plans: dict[int, Plan] = {}
+        self.failed: list[int] = []
+        self.searches = 0
+
+    def order(self, ordering: str, handles) -> list[int]:
+        """``handles`` in the priority order ``ordering`` (one of ``ORDERINGS``)."""
+        handles = list(handles)
+        if ordering == "random":
+            return [handles[i] for i in self.rng.permutation(len(handles))]
+        key = {h: self.track.alone_arrival(h) - self.track.earliest[h] for h in handles}  # the path's length
+        return sorted(handles, key=lambda h: (key[h], h), reverse=ordering == "longest")
+
+    def plan(self, order: list[int], t0: int, at: dict) -> None:
+        """Plans the trains of ``order`` one after another from step ``t0`` (``at``: handle -> (cell,
+        heading) of those on the map, absent for those off it), each around those planned before."""
+        for handle in order:
+            self.searches += 1
+            plan = search(self.track, self.book, handle, t0, at.get(handle), self.limit)
+            if plan is None:
+                self.failed.append(handle)
+            else:
+                self.plans[handle] = plan
+                self.book.add(plan)
+
+    def drop(self, handles) -> None:
+        for handle in handles:
+            if handle in self.plans:
+                self.book.remove(self.plans.pop(handle))
+            if handle in self.failed:
+                self.failed.remove(handle)
+
+    def objective(self) -> tuple[int, int]:
+        """(trains planned to arrive, minus the sum of their arrival steps): larger is better."""
+        return len(self.plans), -sum(plan.arrival for plan in self.plans.values())
+
+    def repair(self, t0: int, at: dict, deadline: float, size: int = 4) -> int:
+        """Large-neighbourhood search over the priorities until ``deadline`` (time.perf_counter): a failed
+        train and up to ``size`` trains holding cells of its free path, planned again with it first
+        (the others in random order); kept when the objective improves, else undone. Returns the
+        repairs kept."""
+        kept = 0
+        while self.failed and time.perf_counter() < deadline:
+            handle = self.failed[int(self.rng.integers(len(self.failed)))]
+            cells = free_path_cells(self.track, handle, at.get(handle))
+            holders = {h for (cell, _), h in self.book.held.items() if cell in cells and h in self.plans}
+            holders -= {h for h in holders if self.plans[h].start < t0 or h in at and not self.plans[h].enters}
+            holders = sorted(holders)
+            chosen = [holders[i] for i in self.rng.permutation(len(holders))[:size]]
+            before, saved = self.objective(), {h: self.plans[h] for h in chosen}
+            self.drop([handle, *chosen])
+            self.plan([handle, *chosen], t0, at)
+            if self.objective() > before:
+                kept += 1
+                continue
+            self.drop([handle, *chosen])  # undo: the old plans back, the train failed again
+            for plan in saved.values():
+                self.plans[plan.handle] = plan
+                self.book.add(plan)
+            self.failed.append(handle)
+        return kept
+
+
+def actions_at(track: Track, plans: dict, t: int, on_map: dict) -> dict:
+    """The simulator's action of every train for step t + 1: along its plan (MOVE_FORWARD to enter, a
+    move to its next cell, STOP_MOVING to wait on the track), STOP_MOVING for a train on the map with
+    no plan, DO_NOTHING off the map."""
+    out = {}
+    for handle in range(track.trains):
+        plan = plans.get(handle)
+        now, then = (plan.at(t), plan.at(t + 1)) if plan else (None, None)
+        if then is None or (now is None and not (plan.enters and plan.start == t + 1)):
+            out[handle] = STOP_MOVING if handle in on_map else DO_NOTHING
+        elif now is None:
+            out[handle] = MOVE_FORWARD
+        elif then[0] == now[0]:
+            out[handle] = STOP_MOVING
+        elif len(track.moves(*now)) == 1:
+            out[handle] = MOVE_FORWARD
+        else:
+            out[handle] = simulator_action(now[1], then[1])
+    return out
+
+
+def positions(env) -> tuple[dict, set]:
+    """({handle: (cell, heading)} of the trains on the map, the handles of the trains done)."""
+    from flatland.envs.step_utils.states import TrainState
+
+    on_map = {a.handle: a.current_configuration for a in env.agents if a.current_configuration is not None}
+    done = {a.handle for a in env.agents if a.state == TrainState.DONE}
+    return on_map, done
+
+
+def initial_plans(track: Track, ordering: str, seconds: float, rng: np.random.Generator) -> Planner:
+    """The plans from step 0 in the order ``ordering`` (random: new random orders while a quarter of
+    ``seconds`` lasts, the best kept), then repaired for the rest of ``seconds``."""
+    start = time.perf_counter()
+    best = None
+    while True:
+        planner = Planner(track, rng)
+        planner.plan(planner.order(ordering, range(track.trains)), 0, {})
+        if best is None or planner.objective() > best.objective():
+            best = planner
+        if ordering != "random" or time.perf_counter() - start > seconds / 4 or not best.failed:
+            break
+    best.repair(0, {}, start + seconds)
+    return best
+
+
+def play_planner(env, ordering: str = "closest", seconds: float = 10.0, seed: int = 0, disturb=None) -> dict:
+    """One episode of the RailEnv ``env`` (just reset) run by the planner: plans with ``ordering`` and
+    the repair within ``seconds``, then steps the simulator along the plans, replanning the trains it
+    moved otherwise (``disturb``: an optional callable (step, actions) -> actions that overrides some,
+    as a malfunction would) and retrying the trains without a path whenever a train arrives. Returns
+    arrival_rate, deadlock_rate (0: planned trains never block each other for good), score (Flatland's
+    normalized score), planning_seconds (the episode's planning: initial, repair and replanning),
+    replans (trains replanned after leaving their plan), planned (trains with a path at step 0),
+    seconds_per_step, flatland_seconds_per_step, simulator_steps."""
+    if ordering not in ORDERINGS:
+        raise ValueError(f"ordering must be one of {', '.join(ORDERINGS)}, got {ordering!r}")
+    if not seconds > 0:
+        raise ValueError(f"the planning time must be positive, got {seconds}")
+    from ppoor.railway.track import deadlocked_trains
+
+    start = time.perf_counter()
+    track = Track(env)
+    planner = initial_plans(track, ordering, seconds, np.random.default_rng(seed))
+    planned, planning, replans = len(planner.plans), time.perf_counter() - start, 0
+    rewards, steps, simulator_seconds, arrived_before = np.zeros(track.trains), 0, 0.0, 0
+    deadlocked: set = set()
+    while not env.dones["__all__"]:
+        t = env._elapsed_steps
+        on_map, done = positions(env)
+        off_plan = [
+            h for h in range(track.trains)
+            if h not in done and (on_map.get(h) != (planner.plans[h].at(t) if h in planner.plans else on_map.get(h)))
+        ]  # fmt: skip
+        retry = [h for h in planner.failed if h not in on_map and h not in done] if len(done) > arrived_before else []
+        if off_plan or retry:
+            tick = time.perf_counter()
+            replans += len(off_plan)
+            planner.drop(off_plan + retry)
+            for h in off_plan:
+                if h in on_map:  # it holds its cell now, whatever it does next
+                    planner.book.held[(on_map[h][0], t)] = h
+            planner.plan(sorted(off_plan, key=lambda h: h not in on_map) + retry, t, on_map)
+            parked = {h for h, _ in planner.book.parked.values()}
+            for h in [h for h in planner.failed if h in on_map and h not in parked]:
+                planner.book.parked[on_map[h][0]] = (h, t)
+            planning += time.perf_counter() - tick
+            arrived_before = len(done)
+        actions = actions_at(track, planner.plans, t, on_map)
+        if disturb is not None:
+            actions = disturb(t + 1, actions)
+        tick = time.perf_counter()
+        _, step_rewards, _, _ = env.step(actions)
+        simulator_seconds += time.perf_counter() - tick
+        rewards += np.array([step_rewards[h] for h in range(track.trains)])
+        deadlocked |= deadlocked_trains(env)
+        steps += 1
+    seconds_spent = time.perf_counter() - start
+    _, done = positions(env)
+    return {
+        "arrival_rate": len(done) / track.trains,
+        "deadlock_rate": len(deadlocked - done) / track.trains,
+        "score": float(env.rewards.normalize(*rewards, num_agents=track.trains, max_episode_steps=track.max_steps)),
+        "planning_seconds": planning,
+        "replans": replans,
+        "planned": planned,
+        "seconds_per_step": seconds_spent / max(steps, 1),
+        "flatland_seconds_per_step": simulator_seconds / max(steps, 1),
+        "simulator_steps": steps,
+    }
+
+
+def oracle_arrival(env) -> float:
+    """The fraction of trains that would arrive within the step limit if each ran alone on the map,
+    leaving at its earliest departure: the bound the timetable allows any scheduler."""
+    track = Track(env)
+    return float(np.mean([track.alone_arrival(h) <= track.max_steps for h in range(track.trains)]))

@@ -1,0 +1,158 @@
+"""The space-time planner (railway/planner.py) against the simulator: its conflict model, the step a
+train enters and arrives, plans that the simulator carries out to the letter, and replanning."""
+
+import time
+
+import numpy as np
+import pytest
+from checks import place, straight_chain
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("flatland", reason="flatland-rl is an optional extra: pip install -e '.[flatland]'")
+from flatland.envs.step_utils.states import TrainState  # noqa: E402
+from ppoor.railway.env import MOVE_FORWARD, rail_env  # noqa: E402
+from ppoor.railway.planner import (  # noqa: E402
+    Plan,
+    Planner,
+    Reservations,
+    Track,
+    actions_at,
+    initial_plans,
+    oracle_arrival,
+    play_planner,
+    search,
+)
+
+STOP_MOVING, DO_NOTHING = 4, 0  # the simulator's actions, written here
+
+
+def moved(env, trains: dict) -> dict:
+    """Places the trains ({handle: (cell, heading)}), steps them all forward once; {handle: moved?}."""
+    place(env, trains)
+    before = {h: env.agents[h].current_configuration[0] for h in trains}
+    env.step({h: MOVE_FORWARD if h in trains else DO_NOTHING for h in range(len(env.agents))})
+    return {h: env.agents[h].current_configuration[0] != before[h] for h in trains}
+
+
+def test_the_conflict_model_is_the_simulators():
+    """Swaps are refused by both; following is allowed by both; of two trains wanting one cell the
+    simulator moves one, and a cell held at a step is refused to any other train."""
+    env = rail_env(25, 25, 5, seed=0)
+    (c0, c1, c2), heading = straight_chain(env)
+    back = (heading + 2) % 4
+    book = Reservations()
+    book.add(Plan(1, 0, [(c1, back), (c0, back)], False))  # train 1 moves c1 -> c0 between steps 0 and 1
+    assert book.swap(c0, c1, 0, handle=0)  # train 0 moving c0 -> c1 meanwhile would swap with it
+    assert moved(env, {0: (c0, heading), 1: (c1, back)}) == {0: False, 1: False}
+
+    book = Reservations()
+    book.add(Plan(1, 0, [(c1, heading), (c2, heading)], False))  # train 1 leaves c1 for c2
+    assert book.free(c1, 1, handle=0) and not book.swap(c0, c1, 0, handle=0)  # train 0 may follow into c1
+    env = rail_env(25, 25, 5, seed=0)
+    assert moved(env, {0: (c0, heading), 1: (c1, heading)}) == {0: True, 1: True}
+
+    env = rail_env(25, 25, 5, seed=0)
+    assert sorted(moved(env, {0: (c0, heading), 1: (c2, back)}).values()) == [False, True]  # both want c1
+    book = Reservations()
+    book.add(Plan(1, 0, [(c2, back), (c1, back)], False))
+    assert not book.free(c1, 1, handle=0) and book.free(c1, 1, handle=1) and book.free(c1, 2, handle=0)
+
+
+@pytest.mark.parametrize("seed", [0, 5, 11])
+def test_a_train_alone_enters_and_arrives_at_the_steps_the_track_says(seed):
+    """Each train alone on its map: moving from step 1 it is on its start cell first at ``earliest``;
+    driven by its plan (A* with nothing reserved) it leaves the map (arrived) at ``alone_arrival``,
+    which the oracle counts against the step limit."""
+    track = Track(rail_env(25, 25, 5, seed=seed))
+    for handle in range(track.trains):
+        env = rail_env(25, 25, 5, seed=seed)
+        while env.agents[handle].current_configuration is None:
+            env.step({h: MOVE_FORWARD if h == handle else DO_NOTHING for h in range(track.trains)})
+        assert env._elapsed_steps == track.earliest[handle]
+        assert env.agents[handle].current_configuration == track.starts[handle]
+        plan = search(track, Reservations(), handle, 0, None, limit=10**6)
+        if track.alone_arrival(handle) > track.max_steps:
+            assert plan is None
+            continue
+        assert (plan.start, plan.arrival) == (track.earliest[handle], track.alone_arrival(handle))
+        env, arrived = rail_env(25, 25, 5, seed=seed), None
+        while not env.dones["__all__"] and arrived is None:
+            on_map = (
+                {handle: env.agents[handle].current_configuration} if env.agents[handle].current_configuration else {}
+            )
+            env.step(actions_at(track, {handle: plan}, env._elapsed_steps, on_map))
+            assert env.agents[handle].current_configuration in (plan.at(env._elapsed_steps), None)
+            arrived = env._elapsed_steps if env.agents[handle].state == TrainState.DONE else None
+        assert arrived == plan.arrival
+    assert oracle_arrival(rail_env(25, 25, 5, seed=seed)) == np.mean(
+        [track.alone_arrival(h) <= track.max_steps for h in range(track.trains)]
+    )
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    size=st.sampled_from([(25, 25, 5), (30, 30, 8), (35, 35, 10)]),
+    seed=st.integers(0, 10_000),
+    ordering=st.sampled_from(["closest", "longest", "random"]),
+)
+def test_the_simulator_carries_out_the_plans_to_the_letter(size, seed, ordering):
+    """No train ever leaves its plan (no replanning), every planned train arrives, nobody deadlocks;
+    no two plans hold a cell at one step or swap, and every plan ends within the step limit."""
+    width, height, trains = size
+    planner = initial_plans(Track(rail_env(width, height, trains, seed)), ordering, 0.5, np.random.default_rng(seed))
+    held, limit = {}, planner.track.max_steps
+    for plan in planner.plans.values():
+        assert plan.arrival <= limit and plan.path[-1][0] == planner.track.targets[plan.handle]
+        for k, (cell, _) in enumerate(plan.path):
+            assert held.setdefault((cell, plan.start + k), plan.handle) == plan.handle
+    for plan in planner.plans.values():
+        for k in range(len(plan.path) - 1):
+            here, there, t = plan.path[k][0], plan.path[k + 1][0], plan.start + k
+            other = held.get((there, t))
+            assert other is None or other == plan.handle or held.get((here, t + 1)) != other
+    result = play_planner(rail_env(width, height, trains, seed), ordering, 0.5, seed)
+    assert result["replans"] == 0 and result["deadlock_rate"] == 0
+    assert result["arrival_rate"] * trains == pytest.approx(result["planned"])
+    assert result["arrival_rate"] <= oracle_arrival(rail_env(width, height, trains, seed))
+
+
+def test_a_train_held_back_is_replanned_and_the_others_still_arrive():
+    """A malfunction-like hold (train 0 given STOP_MOVING for 5 steps once it runs): the planner
+    replans it and whoever it blocks, and no train deadlocks."""
+    held = []
+
+    def disturb(step, actions):
+        if actions.get(0) not in (DO_NOTHING, STOP_MOVING) and len(held) < 5 or 0 < len(held) < 5:
+            held.append(step)
+            return {**actions, 0: STOP_MOVING}
+        return actions
+
+    env = rail_env(30, 30, 8, seed=7)
+    result = play_planner(env, "closest", 0.5, 7, disturb=disturb)
+    assert len(held) == 5 and result["replans"] >= 1 and result["deadlock_rate"] == 0
+    assert result["arrival_rate"] >= oracle_arrival(rail_env(30, 30, 8, seed=7)) - 2 / 8
+
+
+def test_the_repair_plans_a_train_that_found_no_path_when_it_can():
+    """With a search limit too small for the later trains, the repair re-plans failed trains first
+    and never lowers the objective (trains planned, then the sum of arrival steps)."""
+    track = Track(rail_env(35, 35, 10, seed=3))
+    planner = Planner(track, np.random.default_rng(0), limit=40)
+    planner.plan(planner.order("longest", range(track.trains)), 0, {})
+    before = planner.objective()
+    assert planner.failed
+    planner.limit = 20_000
+    planner.repair(0, {}, deadline=time.perf_counter() + 10)
+    assert planner.objective() > before and len(planner.failed) < track.trains - before[0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"ordering": "fastest"}, "ordering must be one of closest, longest, random"),
+     ({"seconds": 0.0}, "the planning time must be positive")],
+)  # fmt: skip
+def test_bad_planner_arguments_fail_in_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=message) as error:
+        play_planner(rail_env(25, 25, 5, seed=0), **kwargs)
+    assert "\n" not in str(error.value)
