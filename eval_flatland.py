@@ -9,7 +9,13 @@ for every rule) with the greedy policy (with the release heuristic of training, 
 at once, closest to their targets first, and within the safety layer when it was trained with it)
 and with the baselines: every train on its shortest path started at once; the same with the release
 heuristic; random decisions; and, where flatland-baselines is installed, its deadlock-avoidance
-heuristic (acting at every step on the raw simulator). For a policy trained with the safety layer it
+heuristic (acting at every step on the raw simulator). The planner rules plan every train's path in
+space and time (``railway.planner``: prioritized planning with an LNS repair of the priorities within
+--planner-seconds per map, replanning where the simulator leaves the plan), the trains closest to
+their targets first (``planner``), the farthest first (``planner_longest``) or random orders
+(``planner_random``); their rows add ``planning_seconds`` per map. ``oracle`` is each train alone
+on its map leaving at its earliest departure: the arrival rate the step limit allows any scheduler
+(only ``arrival_rate``). For a policy trained with the safety layer it
 also plays that layer alone with shortest-path choices (``shortest_path_safety``, an ablation: what
 the layer gives without the learned policy; reported, not counted as a baseline). ``policy_sampled``
 plays the policy drawing each action from its distribution instead of taking the most likely one
@@ -39,7 +45,8 @@ import torch
 import tyro
 from ppoor.models import latest_checkpoint
 from ppoor.models.checkpoints import CheckpointError
-from ppoor.railway.env import RailDecisionEnv
+from ppoor.railway.env import RailDecisionEnv, rail_env
+from ppoor.railway.planner import oracle_arrival, play_planner
 from ppoor.railway.play import (
     CHANGES,
     learned_release,
@@ -57,6 +64,9 @@ from ppoor.training.runtime import keep_freed_memory
 METRICS = (
     "arrival_rate", "deadlock_rate", "score", "seconds_per_step", "flatland_seconds_per_step", "decisions_per_second"
 )  # fmt: skip
+PLANNER_METRICS = (
+    "arrival_rate", "deadlock_rate", "score", "planning_seconds", "replans", "seconds_per_step", "flatland_seconds_per_step"
+)  # fmt: skip
 RULES = (
     "policy",
     "policy_sampled",
@@ -66,8 +76,14 @@ RULES = (
     "random",
     "shortest_path_safety",
     "deadlock_avoidance",
+    "planner",
+    "planner_longest",
+    "planner_random",
+    "oracle",
 )
 """Every rule eval_flatland.py can play (``--rules``)."""
+PLANNERS = {"planner": "closest", "planner_longest": "longest", "planner_random": "random"}
+"""The planner rules and their priority orders (``railway.planner.ORDERINGS``)."""
 ABLATION = "shortest_path_safety"  # the safety layer with shortest-path choices, no learned policy
 SHIPPED = "flatland/flatland35"  # found by models.checkpoints.shipped_checkpoint, in a checkout or installed
 
@@ -93,7 +109,10 @@ class Args:
     the threshold the checkpoint chose on its validation maps, else 0.5)"""
     rules: tuple[str, ...] = RULES
     """the rules to play (a subset saves time on large maps): policy, policy_sampled, policy_learned_release, shortest_path,
-    shortest_path_release, random, shortest_path_safety, deadlock_avoidance"""
+    shortest_path_release, random, shortest_path_safety, deadlock_avoidance, planner, planner_longest, planner_random,
+    oracle"""
+    planner_seconds: float = 10.0
+    """the planner's time per map for its plan and its repair (seconds, on one thread)"""
     output: str | None = None
     """write the results as JSON to this file"""
     render: str | None = None
@@ -117,6 +136,7 @@ LIMITS = {
     "max_active": (1, 10_000),
     "threshold": (0.0, 1.0),
     "threads": (1, MAX_THREADS),
+    "planner_seconds": (1e-3, 86_400.0),
 }
 """The closed range of every numeric argument (``training.runs.check_numbers``)."""
 
@@ -212,10 +232,30 @@ def main(args: Args, given: set[str] | None = None) -> None:
             if dla[0] is not None:  # flatland-baselines installed
                 rules["deadlock_avoidance"] = None
                 row["deadlock_avoidance"] = {metric: float(np.mean([p[metric] for p in dla])) for metric in METRICS}
+        for name, ordering in PLANNERS.items():
+            if name in args.rules:
+                maps = [rail_env(width, height, trains, args.seed + k) for k in range(args.episodes)]
+                played = [play_planner(env, ordering, args.planner_seconds, args.seed + k) for k, env in enumerate(maps)]
+                rules[name] = None
+                row[name] = {key: float(np.mean([p[key] for p in played])) for key in PLANNER_METRICS}
+        if "oracle" in args.rules:
+            rules["oracle"] = None
+            maps = range(args.seed, args.seed + args.episodes)
+            row["oracle"] = {"arrival_rate": float(np.mean([oracle_arrival(rail_env(width, height, trains, k)) for k in maps]))}
         results.append(row)
         print(f"{width}x{height}, {trains} trains:")
         for name in rules:
             r = row[name]
+            if name == "oracle":
+                print(f"  {name:<22} arrived {r['arrival_rate']:.3f}  (each train alone, leaving at its earliest)")
+                continue
+            if name in PLANNERS:
+                print(
+                    f"  {name:<22} arrived {r['arrival_rate']:.3f}  deadlocked {r['deadlock_rate']:.3f}  "
+                    f"score {r['score']:.3f}  planning {r['planning_seconds']:.2f} s per map  "
+                    f"{1000 * r['seconds_per_step']:.1f} ms/step (Flatland's step {1000 * r['flatland_seconds_per_step']:.1f} ms)"
+                )
+                continue
             print(
                 f"  {name:<22} arrived {r['arrival_rate']:.3f}  deadlocked {r['deadlock_rate']:.3f}  "
                 f"score {r['score']:.3f}  {1000 * r['seconds_per_step']:.1f} ms/step (Flatland's step "
@@ -231,7 +271,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         if not mine:
             continue
         mine = max(mine, key=lambda n: row[n]["arrival_rate"])
-        baselines = [n for n in rules if not n.startswith("policy") and n != ABLATION]
+        baselines = [n for n in rules if not n.startswith("policy") and n not in (ABLATION, "oracle")]
         if baselines:
             best = max(baselines, key=lambda n: row[n]["arrival_rate"])
             row["lead_over_best_baseline"] = row[mine]["arrival_rate"] - row[best]["arrival_rate"]

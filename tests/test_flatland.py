@@ -78,6 +78,11 @@ def test_eval_writes_the_contract_json(tiny_run, tmp_path):
                                   "flatland_seconds_per_step", "decisions_per_second"} | changes  # fmt: skip
         assert 0 < row[rule]["flatland_seconds_per_step"] < row[rule]["seconds_per_step"]
         assert 0 <= row[rule]["arrival_rate"] <= 1 and 0 <= row[rule]["deadlock_rate"] <= 1
+    for rule in ("planner", "planner_longest", "planner_random"):
+        assert set(row[rule]) == {"arrival_rate", "deadlock_rate", "score", "planning_seconds", "replans",
+                                  "seconds_per_step", "flatland_seconds_per_step"}  # fmt: skip
+        assert row[rule]["arrival_rate"] <= row["oracle"]["arrival_rate"] and row[rule]["deadlock_rate"] == 0
+    assert set(row["oracle"]) == {"arrival_rate"}
     assert (tmp_path / "episode.png").stat().st_size > 1000
 
 
@@ -187,6 +192,7 @@ def test_a_curriculum_starts_from_a_smaller_maps_policy(tmp_path):
         ("eval_flatland.py", ["--seed", "-1"], "--seed must be between 0"),
         ("eval_flatland.py", ["--max-active", "0"], "--max-active must be between 1"),
         ("eval_flatland.py", ["--threshold", "7"], "--threshold must be between 0 and 1, got 7"),
+        ("eval_flatland.py", ["--planner-seconds", "0"], "--planner-seconds must be between 0.001"),
         ("eval_flatland.py", ["--output", "."], "is a folder; name a .json file"),
         ("ppo_flatland.py", ["--trains", "12", "--cities", "2"], "do not fit"),
         ("ppo_flatland.py", ["--width", "10"], "--width must be between 20 and 1000, got 10"),
