@@ -305,7 +305,8 @@ def play_planner(env, ordering: str = "closest", seconds: float = 10.0, seed: in
     """One episode of the RailEnv ``env`` (just reset) run by the planner: plans with ``ordering`` and
     the repair within ``seconds``, then steps the simulator along the plans, replanning the trains it
     moved otherwise (``disturb``: an optional callable (step, actions) -> actions that overrides some,
-    as a malfunction would) and retrying the trains without a path whenever a train arrives. Returns
+    as a malfunction would) and retrying the trains without a path whenever a train arrives (one on
+    the map with no path holds its cell meanwhile). Returns
     arrival_rate, deadlock_rate (0: planned trains never block each other for good), score (Flatland's
     normalized score), planning_seconds (the episode's planning: initial, repair and replanning),
     replans (trains replanned after leaving their plan), planned (trains with a path at step 0),
@@ -329,18 +330,16 @@ def play_planner(env, ordering: str = "closest", seconds: float = 10.0, seed: in
             h for h in range(track.trains)
             if h not in done and (on_map.get(h) != (planner.plans[h].at(t) if h in planner.plans else on_map.get(h)))
         ]  # fmt: skip
-        retry = [h for h in planner.failed if h not in on_map and h not in done] if len(done) > arrived_before else []
+        retry = [h for h in planner.failed if h not in done and h not in off_plan] if len(done) > arrived_before else []
         if off_plan or retry:
             tick = time.perf_counter()
             replans += len(off_plan)
             planner.drop(off_plan + retry)
-            for h in off_plan:
-                if h in on_map:  # it holds its cell now, whatever it does next
-                    planner.book.held[(on_map[h][0], t)] = h
-            planner.plan(sorted(off_plan, key=lambda h: h not in on_map) + retry, t, on_map)
-            parked = {h for h, _ in planner.book.parked.values()}
-            for h in [h for h in planner.failed if h in on_map and h not in parked]:
-                planner.book.parked[on_map[h][0]] = (h, t)
+            planner.book.parked = {c: (h, s) for c, (h, s) in planner.book.parked.items() if h not in off_plan + retry}
+            planner.plan(sorted(off_plan + retry, key=lambda h: h not in on_map), t, on_map)  # those on the map first
+            for h in planner.failed:
+                if h in on_map:  # no path from where it stands: it holds its cell until a train arrives
+                    planner.book.parked[on_map[h][0]] = (h, t)
             planning += time.perf_counter() - tick
             arrived_before = len(done)
         actions = actions_at(track, planner.plans, t, on_map)
