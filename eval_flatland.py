@@ -13,7 +13,8 @@ heuristic (acting at every step on the raw simulator). The planner rules plan ev
 space and time (``railway.planner``: prioritized planning with an LNS repair of the priorities within
 --planner-seconds per map, replanning where the simulator leaves the plan), the trains closest to
 their targets first (``planner``), the farthest first (``planner_longest``) or random orders
-(``planner_random``); their rows add ``planning_seconds`` per map. ``oracle`` is each train alone
+(``planner_random``), or the order a priority policy learned (``planner_learned``, with --priorities: a
+``ppo_flatland.py --learn priorities`` checkpoint); their rows add ``planning_seconds`` per map. ``oracle`` is each train alone
 on its map leaving at its earliest departure: the arrival rate the step limit allows any scheduler
 (only ``arrival_rate``). For a policy trained with the safety layer it
 also plays that layer alone with shortest-path choices (``shortest_path_safety``, an ablation: what
@@ -39,6 +40,7 @@ their ``decisions`` and those that leave the layer's rule (the observation's pri
 import os
 import sys
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -58,6 +60,7 @@ from ppoor.railway.play import (
 )
 from ppoor.railway.plot import render_episode
 from ppoor.railway.policy import load_rail_policy, load_release_classifier
+from ppoor.railway.priorities import learned_plans, load_priority_policy
 from ppoor.training.runs import MAX_SEED, MAX_THREADS, check_numbers, fail, write_json
 from ppoor.training.runtime import keep_freed_memory
 
@@ -79,6 +82,7 @@ RULES = (
     "planner",
     "planner_longest",
     "planner_random",
+    "planner_learned",
     "oracle",
 )
 """Every rule eval_flatland.py can play (``--rules``)."""
@@ -113,6 +117,8 @@ class Args:
     oracle"""
     planner_seconds: float = 10.0
     """the planner's time per map for its plan and its repair (seconds, on one thread)"""
+    priorities: str | None = None
+    """a ppo_flatland.py --learn priorities checkpoint (or its run's ckpt folder): plays planner_learned"""
     output: str | None = None
     """write the results as JSON to this file"""
     render: str | None = None
@@ -148,6 +154,8 @@ def check_args(args: Args) -> list[tuple[int, int, int]]:
         sys.exit(f"error: --rules: name at least one of {', '.join(RULES)}")
     if unknown := [name for name in args.rules if name not in RULES]:
         sys.exit(f"error: --rules {' '.join(unknown)}: unknown; choose from {', '.join(RULES)}")
+    if "planner_learned" in args.rules and args.priorities is None and args.rules != RULES:
+        sys.exit("error: --rules planner_learned plays a learned priority order: give --priorities CHECKPOINT")
     sizes = [parse_size(size) for size in args.sizes]
     for width, height, trains in sizes:
         try:
@@ -178,6 +186,10 @@ def main(args: Args, given: set[str] | None = None) -> None:
     except CheckpointError as exc:
         sys.exit(f"error: --checkpoint: {exc}")
     classifier = load_release_classifier(ckpt)
+    try:
+        learned = load_priority_policy(latest_checkpoint(args.priorities))[0] if args.priorities else None
+    except CheckpointError as exc:
+        sys.exit(f"error: --priorities: {exc}")
     train_args = ckpt["args"]
     depth, radius = train_args["tree_depth"], train_args["comm_radius"]
     safety, wait, veto = train_args.get("safety", False), train_args.get("wait", False), train_args.get("veto", "path")
@@ -232,10 +244,16 @@ def main(args: Args, given: set[str] | None = None) -> None:
             if dla[0] is not None:  # flatland-baselines installed
                 rules["deadlock_avoidance"] = None
                 row["deadlock_avoidance"] = {metric: float(np.mean([p[metric] for p in dla])) for metric in METRICS}
-        for name, ordering in PLANNERS.items():
+        planners = {**PLANNERS, **({"planner_learned": "learned"} if learned is not None else {})}
+        for name, ordering in planners.items():
             if name in args.rules:
                 maps = [rail_env(width, height, trains, args.seed + k) for k in range(args.episodes)]
-                played = [play_planner(env, ordering, args.planner_seconds, args.seed + k) for k, env in enumerate(maps)]
+                initial = partial(learned_plans, learned) if ordering == "learned" else None
+                played = [
+                    play_planner(env, "closest", args.planner_seconds, args.seed + k, initial=initial)
+                    if initial else play_planner(env, ordering, args.planner_seconds, args.seed + k)
+                    for k, env in enumerate(maps)
+                ]
                 rules[name] = None
                 row[name] = {key: float(np.mean([p[key] for p in played])) for key in PLANNER_METRICS}
         if "oracle" in args.rules:
@@ -249,7 +267,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
             if name == "oracle":
                 print(f"  {name:<22} arrived {r['arrival_rate']:.3f}  (each train alone, leaving at its earliest)")
                 continue
-            if name in PLANNERS:
+            if name in planners:
                 print(
                     f"  {name:<22} arrived {r['arrival_rate']:.3f}  deadlocked {r['deadlock_rate']:.3f}  "
                     f"score {r['score']:.3f}  planning {r['planning_seconds']:.2f} s per map  "

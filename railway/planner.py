@@ -301,9 +301,12 @@ def initial_plans(track: Track, ordering: str, seconds: float, rng: np.random.Ge
     return best
 
 
-def play_planner(env, ordering: str = "closest", seconds: float = 10.0, seed: int = 0, disturb=None) -> dict:
+def play_planner(
+    env, ordering: str = "closest", seconds: float = 10.0, seed: int = 0, disturb=None, initial=None
+) -> dict:
     """One episode of the RailEnv ``env`` (just reset) run by the planner: plans with ``ordering`` and
-    the repair within ``seconds``, then steps the simulator along the plans, replanning the trains it
+    the repair within ``seconds`` (``initial``: a callable (track, seconds, rng) -> Planner that plans
+    instead, such as a learned order's, ``railway.priorities.learned_plans``), then steps the simulator along the plans, replanning the trains it
     moved otherwise (``disturb``: an optional callable (step, actions) -> actions that overrides some,
     as a malfunction would) and retrying the trains without a path whenever a train arrives (one on
     the map with no path holds its cell meanwhile). Returns
@@ -319,7 +322,8 @@ def play_planner(env, ordering: str = "closest", seconds: float = 10.0, seed: in
 
     start = time.perf_counter()
     track = Track(env)
-    planner = initial_plans(track, ordering, seconds, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    planner = initial(track, seconds, rng) if initial else initial_plans(track, ordering, seconds, rng)
     planned, planning, replans = len(planner.plans), time.perf_counter() - start, 0
     rewards, steps, simulator_seconds, arrived_before = np.zeros(track.trains), 0, 0.0, 0
     deadlocked: set = set()

@@ -1,7 +1,11 @@
 """The space-time planner (railway/planner.py) against the simulator: its conflict model, the step a
 train enters and arrives, plans that the simulator carries out to the letter, and replanning."""
 
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +29,7 @@ from ppoor.railway.planner import (  # noqa: E402
 )
 
 STOP_MOVING, DO_NOTHING = 4, 0  # the simulator's actions, written here
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def moved(env, trains: dict) -> dict:
@@ -156,3 +161,62 @@ def test_bad_planner_arguments_fail_in_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message) as error:
         play_planner(rail_env(25, 25, 5, seed=0), **kwargs)
     assert "\n" not in str(error.value)
+
+
+@settings(max_examples=10, deadline=None)
+@given(batch=st.integers(1, 4), trains=st.integers(1, 12), seed=st.integers(0, 10_000))
+def test_the_priority_policy_picks_every_train_once_and_scores_a_given_order_as_it_sampled_it(batch, trains, seed):
+    import torch
+    from ppoor.railway.priorities import FEATURES, PriorityPolicy
+
+    torch.manual_seed(seed)
+    policy = PriorityPolicy(hidden=16, heads=2, layers=1)
+    features = torch.rand(batch, trains, len(FEATURES))
+    order, logprobs, entropy = policy(features)
+    assert (order.sort(-1).values == torch.arange(trains)).all()
+    again, scored, _ = policy(features, order)
+    assert torch.equal(again, order) and torch.allclose(scored, logprobs, atol=1e-6)
+    assert (
+        (logprobs <= 1e-6).all() and (entropy >= -1e-6).all() and entropy[:, -1].abs().max() < 1e-5
+    )  # the last pick is forced
+    greedy, _, _ = policy(features, greedy=True)
+    assert torch.equal(greedy, policy(features, greedy=True)[0])
+
+
+def test_features_and_rewards_of_a_planned_order():
+    from ppoor.railway.priorities import FEATURES, order_reward, plan_in_order, train_features
+
+    track = Track(rail_env(35, 35, 10, seed=4))
+    features = train_features(track)
+    assert features.shape == (10, len(FEATURES)) and np.isfinite(features).all()
+    assert (features[:, :4] >= 0).all() and (features[:, :4] <= 1).all()
+    planner = plan_in_order(track, list(range(10)))
+    reward = order_reward(planner)
+    delays = [p.arrival - track.alone_arrival(h) for h, p in planner.plans.items()]
+    assert min(delays) >= 0 and reward == pytest.approx(
+        len(planner.plans) / 10 - 0.1 * np.mean(delays) / track.max_steps
+    )
+
+
+def test_a_priority_run_trains_resumes_and_plays_in_eval_flatland(tmp_path):
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, *map(str, args)], cwd=tmp_path, capture_output=True, text=True, timeout=600
+        )
+
+    tiny = ["--learn", "priorities", "--width", "25", "--height", "25", "--trains", "5", "--num-envs", "2",
+            "--orders-per-map", "3", "--eval-episodes", "2", "--eval-interval", "1", "--checkpoint-interval", "1"]  # fmt: skip
+    result = run(ROOT / "ppo_flatland.py", *tiny, "--total-timesteps", "60")
+    assert result.returncode == 0, result.stderr
+    assert "closest first" in result.stdout and "final: eval/arrival_rate=" in result.stdout
+    (ckpt,) = (tmp_path / "runs").glob("*/ckpt")
+    first = sorted(ckpt.iterdir(), key=lambda p: int(p.stem))[0]
+    result = run(ROOT / "ppo_flatland.py", "--resume", first, "--total-timesteps", "90")
+    assert result.returncode == 0, result.stderr
+    result = run(ROOT / "eval_flatland.py", "--sizes", "25x25x5", "--episodes", "1", "--rules", "planner_learned",
+                 "planner", "--priorities", ckpt, "--output", tmp_path / "eval.json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads((tmp_path / "eval.json").read_text())
+    assert row["planner_learned"]["deadlock_rate"] == 0 and row["planner_learned"]["replans"] == 0
+    result = run(ROOT / "ppo_flatland.py", *tiny, "--orders-per-map", "1")
+    assert result.returncode != 0 and "--orders-per-map must be between 2" in result.stderr

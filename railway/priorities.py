@@ -1,0 +1,234 @@
+"""A learned priority order for the space-time planner (``railway.planner``): an attention policy over
+the trains orders them as the Attention Model orders nodes, one train after another, and the planner
+plans them in that order. ``ppo_flatland.py --learn priorities`` trains it with PPO, each order
+rewarded by the share of trains its plan lands and how soon (``order_reward``); plans are carried
+out by the simulator as planned (``tests/test_planner.py``), so a plan's arrivals are the episode's.
+
+Shapes: B orders (maps x orders per map), T trains, F = len(FEATURES) features per train, d the
+embedding size.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+from ppoor.railway.planner import Planner, Track, free_path_cells
+from torch import nn
+
+FEATURES = (
+    "start_row", "start_col", "target_row", "target_col", "path_length", "earliest", "latest_arrival", "slack",
+    "sharing_start", "sharing_target", "congestion",
+)  # fmt: skip
+"""Per train, scaled to about [0, 1]: its start and target cells over the map's size; its free path's
+length, earliest entering step, latest arrival and slack (steps left after arriving alone) over the
+step limit; the share of trains starting on its start cell or ending on its target; and the mean
+number of other trains whose free paths cross the cells of its own, over the trains."""
+
+DELAY_WEIGHT = 0.1
+"""``order_reward``'s weight of the mean delay (arrival step after the train's alone arrival, over the
+step limit) beside the share of trains landed."""
+
+
+def train_features(track: Track) -> np.ndarray:
+    """The ``FEATURES`` of every train of a map: [T, F] float32."""
+    env, steps, count = track.env, track.max_steps, track.trains
+    paths = [free_path_cells(track, h, None) for h in range(count)]
+    crossing: dict = {}
+    for cells in paths:
+        for cell in cells:
+            crossing[cell] = crossing.get(cell, 0) + 1
+    starts = [start[0] for start in track.starts]
+    rows = []
+    for h, agent in enumerate(env.agents):
+        (row, col), target = track.starts[h][0], track.targets[h]
+        length = track.alone_arrival(h) - track.earliest[h]
+        length = length if math.isfinite(length) else 2.0 * steps
+        rows.append([
+            row / env.height, col / env.width, target[0] / env.height, target[1] / env.width,
+            length / steps, track.earliest[h] / steps, float(agent.latest_arrival) / steps,
+            max(-1.0, (steps - track.earliest[h] - length) / steps),
+            starts.count((row, col)) / count, track.targets.count(target) / count,
+            sum(crossing[cell] - 1 for cell in paths[h]) / max(1, len(paths[h])) / count,
+        ])  # fmt: skip
+    return np.asarray(rows, dtype=np.float32)
+
+
+class PriorityPolicy(nn.Module):
+    """Encodes the trains with self-attention, then picks them one after another: the query is the
+    mean embedding and the last pick's, the logits 10 tanh(q.k / sqrt(d)) over the trains not yet
+    picked. ``forward(features [B, T, F], order=None, greedy=False)`` -> order [B, T] (sampled, the
+    most likely, or the one given), its log-probabilities [B, T] and entropies [B, T] per pick."""
+
+    def __init__(self, features: int = len(FEATURES), hidden: int = 64, heads: int = 4, layers: int = 2):
+        super().__init__()
+        self.embed = nn.Linear(features, hidden)
+        layer = nn.TransformerEncoderLayer(hidden, heads, 2 * hidden, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.query = nn.Linear(2 * hidden, hidden)
+        self.key = nn.Linear(hidden, hidden, bias=False)
+        self.first = nn.Parameter(torch.zeros(hidden))  # the "last pick" before the first
+
+    def forward(
+        self, features: torch.Tensor, order: torch.Tensor | None = None, greedy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h = self.encoder(self.embed(features))  # [B, T, d]
+        keys = self.key(h)
+        batch, trains, hidden = h.shape
+        mean, last = h.mean(1), self.first.expand(batch, hidden)
+        picked = torch.zeros(batch, trains, dtype=torch.bool, device=h.device)
+        picks, logps, entropies = [], [], []
+        rows = torch.arange(batch, device=h.device)
+        for k in range(trains):
+            q = self.query(torch.cat([mean, last], -1))  # [B, d]
+            logits = 10 * torch.tanh((keys @ q[:, :, None]).squeeze(-1) / math.sqrt(hidden))
+            logp = torch.log_softmax(logits.masked_fill(picked, -math.inf), -1)  # [B, T]
+            if order is not None:
+                pick = order[:, k]
+            elif greedy:
+                pick = logp.argmax(-1)
+            else:
+                pick = torch.multinomial(logp.exp(), 1).squeeze(-1)
+            picks.append(pick)
+            logps.append(logp[rows, pick])
+            entropies.append(-(logp.exp() * logp.masked_fill(picked, 0.0)).sum(-1))
+            picked = picked.clone()
+            picked[rows, pick] = True
+            last = h[rows, pick]
+        return torch.stack(picks, 1), torch.stack(logps, 1), torch.stack(entropies, 1)
+
+
+def plan_in_order(track: Track, order, rng: np.random.Generator | None = None, limit: int = 20_000) -> Planner:
+    """The planner's plans from step 0 with the trains in ``order`` (no repair; ``rng``: the repair's)."""
+    planner = Planner(track, rng or np.random.default_rng(0), limit)
+    planner.plan([int(h) for h in order], 0, {})
+    return planner
+
+
+def order_reward(planner: Planner) -> float:
+    """The share of trains planned to arrive, minus ``DELAY_WEIGHT`` x their mean delay over the step
+    limit (a delay: the planned arrival step after the train's arrival alone)."""
+    track = planner.track
+    delays = [plan.arrival - track.alone_arrival(h) for h, plan in planner.plans.items()]
+    delay = float(np.mean(delays)) / track.max_steps if delays else 0.0
+    return len(planner.plans) / track.trains - DELAY_WEIGHT * delay
+
+
+def learned_plans(policy: PriorityPolicy, track: Track, seconds: float, rng: np.random.Generator) -> Planner:
+    """The planner's plans in the policy's most likely order, then repaired for the rest of ``seconds``
+    (the policy's own time counted): ``play_planner``'s ``initial``, with the policy bound."""
+    start = time.perf_counter()
+    with torch.no_grad():
+        order, _, _ = policy(torch.as_tensor(train_features(track))[None], greedy=True)
+    planner = plan_in_order(track, order[0].tolist(), rng)
+    planner.repair(0, {}, start + seconds)
+    return planner
+
+
+def load_priority_policy(path) -> tuple[PriorityPolicy, dict]:
+    """The priority policy of a ``ppo_flatland.py --learn priorities`` checkpoint, in eval mode, and the
+    checkpoint; raises ``CheckpointError`` (one line) for anything else."""
+    from ppoor.models.checkpoints import CheckpointError, read_checkpoint
+
+    ckpt = read_checkpoint(path)
+    if ckpt.get("problem") != "rail-priorities":
+        raise CheckpointError(
+            f"checkpoint {path} is not a planner priority policy (ppo_flatland.py --learn priorities)"
+        )
+    try:
+        policy = PriorityPolicy(**ckpt["model_config"])
+        policy.load_state_dict(ckpt["model"])
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise CheckpointError(
+            f"checkpoint {path} does not fit the priority policy: {str(exc).splitlines()[0]}"
+        ) from exc
+    return policy.eval(), ckpt
+
+
+def random_track(args, rng: np.random.Generator) -> Track:
+    """A fresh training map of the run's size (seeds below the validation maps' ``trainer.VAL_SEED``
+    and the test maps' 2,000,000 are never drawn: 2,000,001 and up)."""
+    from ppoor.railway.env import rail_env
+
+    return Track(rail_env(args.width, args.height, args.trains, int(rng.integers(2_000_001, 2**31 - 1)), args.cities))
+
+
+class Validation:
+    """The run's validation maps (seeds ``trainer.VAL_SEED`` + k, k < --eval-episodes): the policy's most
+    likely order planned without repair, beside the fixed orders' (computed once)."""
+
+    def __init__(self, args):
+        from ppoor.railway.env import rail_env
+        from ppoor.railway.trainer import VAL_SEED
+
+        count = max(1, args.eval_episodes)
+        self.tracks = [
+            Track(rail_env(args.width, args.height, args.trains, VAL_SEED + k, args.cities)) for k in range(count)
+        ]
+        self.fixed = {}
+        for ordering in ("closest", "longest"):
+            planners = [
+                plan_in_order(t, Planner(t, np.random.default_rng(0)).order(ordering, range(t.trains)))
+                for t in self.tracks
+            ]
+            self.fixed[ordering] = float(np.mean([len(p.plans) / p.track.trains for p in planners]))
+
+    def baselines(self) -> str:
+        return "validation arrival without repair: " + ", ".join(f"{k} first {v:.3f}" for k, v in self.fixed.items())
+
+    def log(self, run, policy: PriorityPolicy) -> str:
+        """Logs eval/arrival_rate and eval/reward of the policy's greedy orders (and the fixed orders'
+        arrival) and returns their text."""
+        with torch.no_grad():
+            features = torch.as_tensor(np.stack([train_features(t) for t in self.tracks]))
+            orders, _, _ = policy(features, greedy=True)
+        planners = [plan_in_order(t, o.tolist()) for t, o in zip(self.tracks, orders, strict=True)]
+        arrival = float(np.mean([len(p.plans) / p.track.trains for p in planners]))
+        reward = float(np.mean([order_reward(p) for p in planners]))
+        run.log("eval/arrival_rate", arrival)
+        run.log("eval/reward", reward)
+        for ordering, value in self.fixed.items():
+            run.log(f"eval/{ordering}_first_arrival_rate", value)
+        return f" eval/arrival_rate={arrival:.3f} eval/reward={reward:.4f}"
+
+
+def log_iteration(run, planners: list, rewards: torch.Tensor, stats: dict, lr: float, times: tuple) -> str:
+    """Logs an iteration's charts (the sampled orders' planned arrival and reward, ``lr``, the rollout
+    and update ``times``) and ``stats`` as losses; returns its line."""
+    arrival = float(np.mean([len(p.plans) / p.track.trains for p in planners]))
+    for tag, value in (
+        ("charts/learning_rate", lr), ("charts/arrival_rate", arrival), ("charts/reward", rewards.mean().item()),
+        ("charts/rollout_seconds", times[0]), ("charts/update_seconds", times[1]),
+        *((f"losses/{name}", value) for name, value in stats.items()),
+    ):  # fmt: skip
+        run.log(tag, value)
+    return (
+        f"iteration={run.iteration} orders={run.global_step} arrival={arrival:.3f} reward={rewards.mean():.4f} "
+        f"rollout={times[0]:.2f}s update={times[1]:.2f}s"
+    )
+
+
+def training_state(policy: PriorityPolicy, optimizer, rng: np.random.Generator, args) -> dict:
+    """A checkpoint of ``ppo_flatland.py --learn priorities``: the policy, the optimizer, the settings and the
+    random states."""
+    from dataclasses import asdict
+
+    return {
+        "problem": "rail-priorities",
+        "num_nodes": args.trains,
+        "model_config": {"hidden": args.hidden},
+        "model": policy.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "args": asdict(args),
+        "rng": {"torch": torch.get_rng_state(), "numpy": rng.bit_generator.state},
+    }
+
+
+def restore(ckpt: dict, policy: PriorityPolicy, optimizer, rng: np.random.Generator) -> None:
+    """Puts a resumed run's policy, optimizer and random states back."""
+    policy.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    torch.set_rng_state(ckpt["rng"]["torch"])
+    rng.bit_generator.state = ckpt["rng"]["numpy"]
