@@ -10,7 +10,7 @@ at once, closest to their targets first, and within the safety layer when it was
 and with the baselines: every train on its shortest path started at once; the same with the release
 heuristic; random decisions; and, where flatland-baselines is installed, its deadlock-avoidance
 heuristic (acting at every step on the raw simulator). The planner rules plan every train's path in
-space and time (``railway.planner``: prioritized planning with an LNS repair of the priorities within
+space and time (``railway.spacetime``: prioritized planning with an LNS repair of the priorities within
 --planner-seconds per map, replanning where the simulator leaves the plan), the trains closest to
 their targets first (``planner``), the farthest first (``planner_longest``) or random orders
 (``planner_random``), or the order a priority policy learned (``planner_learned``, with --priorities: a
@@ -48,7 +48,6 @@ import tyro
 from ppoor.models import latest_checkpoint
 from ppoor.models.checkpoints import CheckpointError
 from ppoor.railway.env import RailDecisionEnv, rail_env
-from ppoor.railway.planner import oracle_arrival, play_planner
 from ppoor.railway.play import (
     CHANGES,
     learned_release,
@@ -61,6 +60,7 @@ from ppoor.railway.play import (
 from ppoor.railway.plot import render_episode
 from ppoor.railway.policy import load_rail_policy, load_release_classifier
 from ppoor.railway.priorities import learned_plans, load_priority_policy
+from ppoor.railway.spacetime import oracle_arrival, play_planner
 from ppoor.training.runs import MAX_SEED, MAX_THREADS, check_numbers, fail, write_json
 from ppoor.training.runtime import keep_freed_memory
 
@@ -87,7 +87,7 @@ RULES = (
 )
 """Every rule eval_flatland.py can play (``--rules``)."""
 PLANNERS = {"planner": "closest", "planner_longest": "longest", "planner_random": "random"}
-"""The planner rules and their priority orders (``railway.planner.ORDERINGS``)."""
+"""The planner rules and their priority orders (``railway.spacetime.ORDERINGS``)."""
 ABLATION = "shortest_path_safety"  # the safety layer with shortest-path choices, no learned policy
 SHIPPED = "flatland/flatland35"  # found by models.checkpoints.shipped_checkpoint, in a checkout or installed
 

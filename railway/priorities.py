@@ -1,8 +1,8 @@
-"""A learned priority order for the space-time planner (``railway.planner``): an attention policy over
+"""A learned priority order for the space-time planner (``railway.spacetime``): an attention policy over
 the trains orders them as the Attention Model orders nodes, one train after another, and the planner
 plans them in that order. ``ppo_flatland.py --learn priorities`` trains it with PPO, each order
 rewarded by the share of trains its plan lands and how soon (``order_reward``); plans are carried
-out by the simulator as planned (``tests/test_planner.py``), so a plan's arrivals are the episode's.
+out by the simulator as planned (``tests/test_spacetime.py``), so a plan's arrivals are the episode's.
 
 Shapes: B orders (maps x orders per map), T trains, F = len(FEATURES) features per train, d the
 embedding size.
@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import torch
-from ppoor.railway.planner import Planner, Track, free_path_cells
+from ppoor.railway.spacetime import Planner, Track, free_path_cells
 from torch import nn
 
 FEATURES = (

@@ -1,4 +1,4 @@
-"""The space-time planner (railway/planner.py) against the simulator: its conflict model, the step a
+"""The space-time planner (railway/spacetime.py) against the simulator: its conflict model, the step a
 train enters and arrives, plans that the simulator carries out to the letter, and replanning."""
 
 import json
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 pytest.importorskip("flatland", reason="flatland-rl is an optional extra: pip install -e '.[flatland]'")
 from flatland.envs.step_utils.states import TrainState  # noqa: E402
 from ppoor.railway.env import MOVE_FORWARD, rail_env  # noqa: E402
-from ppoor.railway.planner import (  # noqa: E402
+from ppoor.railway.spacetime import (  # noqa: E402
     Plan,
     Planner,
     Reservations,
