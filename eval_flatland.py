@@ -248,10 +248,11 @@ def main(args: Args, given: set[str] | None = None) -> None:
         for name, ordering in planners.items():
             if name in args.rules:
                 maps = [rail_env(width, height, trains, args.seed + k) for k in range(args.episodes)]
-                initial = partial(learned_plans, learned) if ordering == "learned" else None
+                learned_order = ordering == "learned"  # the learned order replaces the fixed one (unused then)
+                initial = partial(learned_plans, learned) if learned_order else None
+                ordering = "closest" if learned_order else ordering
                 played = [
-                    play_planner(env, "closest", args.planner_seconds, args.seed + k, initial=initial)
-                    if initial else play_planner(env, ordering, args.planner_seconds, args.seed + k)
+                    play_planner(env, ordering, args.planner_seconds, args.seed + k, initial=initial)
                     for k, env in enumerate(maps)
                 ]
                 rules[name] = None

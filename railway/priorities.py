@@ -113,7 +113,7 @@ def order_reward(planner: Planner) -> float:
     track = planner.track
     delays = [plan.arrival - track.alone_arrival(h) for h, plan in planner.plans.items()]
     delay = float(np.mean(delays)) / track.max_steps if delays else 0.0
-    return len(planner.plans) / track.trains - DELAY_WEIGHT * delay
+    return planner.planned_share - DELAY_WEIGHT * delay
 
 
 def learned_plans(policy: PriorityPolicy, track: Track, seconds: float, rng: np.random.Generator) -> Planner:
@@ -173,7 +173,7 @@ class Validation:
                 plan_in_order(t, Planner(t, np.random.default_rng(0)).order(ordering, range(t.trains)))
                 for t in self.tracks
             ]
-            self.fixed[ordering] = float(np.mean([len(p.plans) / p.track.trains for p in planners]))
+            self.fixed[ordering] = float(np.mean([p.planned_share for p in planners]))
 
     def baselines(self) -> str:
         return "validation arrival without repair: " + ", ".join(f"{k} first {v:.3f}" for k, v in self.fixed.items())
@@ -185,7 +185,7 @@ class Validation:
             features = torch.as_tensor(np.stack([train_features(t) for t in self.tracks]))
             orders, _, _ = policy(features, greedy=True)
         planners = [plan_in_order(t, o.tolist()) for t, o in zip(self.tracks, orders, strict=True)]
-        arrival = float(np.mean([len(p.plans) / p.track.trains for p in planners]))
+        arrival = float(np.mean([p.planned_share for p in planners]))
         reward = float(np.mean([order_reward(p) for p in planners]))
         run.log("eval/arrival_rate", arrival)
         run.log("eval/reward", reward)
@@ -197,7 +197,7 @@ class Validation:
 def log_iteration(run, planners: list, rewards: torch.Tensor, stats: dict, lr: float, times: tuple) -> str:
     """Logs an iteration's charts (the sampled orders' planned arrival and reward, ``lr``, the rollout
     and update ``times``) and ``stats`` as losses; returns its line."""
-    arrival = float(np.mean([len(p.plans) / p.track.trains for p in planners]))
+    arrival = float(np.mean([p.planned_share for p in planners]))
     for tag, value in (
         ("charts/learning_rate", lr), ("charts/arrival_rate", arrival), ("charts/reward", rewards.mean().item()),
         ("charts/rollout_seconds", times[0]), ("charts/update_seconds", times[1]),

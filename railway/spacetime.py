@@ -224,6 +224,11 @@ class Planner:
             if handle in self.failed:
                 self.failed.remove(handle)
 
+    @property
+    def planned_share(self) -> float:
+        """The share of the map's trains with a path (each arrives: the simulator carries plans out)."""
+        return len(self.plans) / self.track.trains
+
     def objective(self) -> tuple[int, int]:
         """(trains planned to arrive, minus the sum of their arrival steps): larger is better."""
         return len(self.plans), -sum(plan.arrival for plan in self.plans.values())
