@@ -218,5 +218,29 @@ def test_a_priority_run_trains_resumes_and_plays_in_eval_flatland(tmp_path):
     assert result.returncode == 0, result.stderr
     (row,) = json.loads((tmp_path / "eval.json").read_text())
     assert row["planner_learned"]["deadlock_rate"] == 0 and row["planner_learned"]["replans"] == 0
+    versus = row["learned_order_vs_best_fixed"]
+    assert versus["fixed"] == "planner" and versus["arrival_lead_low"] <= versus["arrival_lead"] <= versus["arrival_lead_high"]
+    assert versus["arrival_lead"] == pytest.approx(row["planner_learned"]["arrival_rate"] - row["planner"]["arrival_rate"])
     result = run(ROOT / "ppo_flatland.py", *tiny, "--orders-per-map", "1")
     assert result.returncode != 0 and "--orders-per-map must be between 2" in result.stderr
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0.01, 10), st.floats(0.01, 10)), min_size=1, max_size=40),
+    st.floats(-0.5, 0.5),
+)
+def test_lead_over_is_the_mean_paired_difference_inside_its_interval(maps, shift):
+    from ppoor.railway.priorities import lead_over
+
+    learned = [{"arrival_rate": a, "planning_seconds": s} for a, _, s, _ in maps]
+    fixed = [{"arrival_rate": b, "planning_seconds": s} for _, b, _, s in maps]
+    out = lead_over(learned, fixed)
+    diffs = [a - b for a, b, _, _ in maps]
+    assert out["arrival_lead"] == pytest.approx(np.mean(diffs))
+    assert min(diffs) - 1e-12 <= out["arrival_lead_low"] <= out["arrival_lead"] <= out["arrival_lead_high"] <= max(diffs) + 1e-12
+    assert out["planning_ratio"] == pytest.approx(np.mean([m[2] for m in maps]) / np.mean([m[3] for m in maps]))
+    shifted = lead_over([{**p, "arrival_rate": q["arrival_rate"] + shift} for p, q in zip(learned, fixed, strict=True)], fixed)
+    assert shifted["arrival_lead_low"] == pytest.approx(shift) and shifted["arrival_lead_high"] == pytest.approx(shift)
+    with pytest.raises(ValueError, match="same maps"):
+        lead_over(learned, fixed[:-1] if len(fixed) > 1 else [])
