@@ -7,7 +7,10 @@ run's own validation gaps (``eval/greedy_gap``, ``eval/multi_greedy_gap``, where
 the KL an update reached. ppo_flatland.py: the training maps' arrival rate, the same three losses and
 the learning rate, and the validation maps' arrival (solid) and deadlock (dashed) rates (minutes: the
 wall clock between iterations, validation included, a pause of over 10 minutes, as between a stop and
-its --resume, counted as one median iteration).
+its --resume, counted as one median iteration). ppo_flatland.py --learn priorities: the sampled
+orders' planned arrival and reward, the three losses, and the validation maps' planned arrival of the
+learned order (solid) beside the longest-first (dashed) and closest-first (dotted) orders (minutes:
+rollout + update seconds).
 
     python bench/plot_curves.py bench-runs/vs-rl4co-tsp50/runs/RUN --marks bench-runs/vs-rl4co-tsp50/results.json --out x.png
     python bench/plot_curves.py bench-runs/s38/runs/* --marks bench-runs/s38/time_to_quality_*.json --out cmp.png
@@ -35,6 +38,10 @@ PANELS = (
     ("losses/update_kl", "KL after the update (steers the lr)"),
 )
 RAIL_PANELS = (("charts/arrival_rate", "arrival rate, training maps (sampled)"), *PANELS[1:5])
+PRIORITY_PANELS = (
+    ("charts/arrival_rate", "planned arrival, sampled orders"), ("charts/reward", "reward, sampled orders"),
+    *PANELS[1:4],
+)  # fmt: skip
 PAUSE = 600.0
 """Seconds between two ppo_flatland.py iterations beyond which the gap is a pause, not training."""
 
@@ -54,9 +61,11 @@ def label_of(run: Path) -> str:
 
 VALIDATION = ("eval/greedy_gap", "eval/multi_greedy_gap")
 RAIL_VALIDATION = ("eval/arrival_rate", "eval/deadlock_rate")
+PRIORITY_VALIDATION = ("eval/arrival_rate", "eval/longest_first_arrival_rate", "eval/closest_first_arrival_rate")
 CURVES = {
     "ppo_or": (PANELS, VALIDATION, "validation gap %: greedy solid, multi-greedy dashed"),
     "ppo_flatland": (RAIL_PANELS, RAIL_VALIDATION, "validation: arrival solid, deadlocked dashed"),
+    "priorities": (PRIORITY_PANELS, PRIORITY_VALIDATION, "validation planned arrival: learned -, longest --, closest :"),
 }
 """Each trainer's (panels read from its runs, its validation tags, the validation panel's title)."""
 
@@ -70,7 +79,8 @@ def wall_seconds(events: list) -> list[float]:
 
 
 def read_run(run: Path) -> tuple[str, list[float], dict]:
-    """(the trainer, "ppo_or" or "ppo_flatland"; training minutes per iteration; {tag: values}) of one
+    """(the trainer, "ppo_or", "ppo_flatland" or "priorities" (ppo_flatland.py --learn priorities); training
+    minutes per iteration; {tag: values}) of one
     run folder; the validation figures (logged at some iterations only) as {tag: [(minutes, value)]}
     under "validation"."""
     if not run.is_dir():
@@ -79,7 +89,8 @@ def read_run(run: Path) -> tuple[str, list[float], dict]:
     events.Reload()
     tags = set(events.Tags()["scalars"])
     if "charts/rollout_seconds" in tags:
-        trainer, clock = "ppo_or", events.Scalars("charts/rollout_seconds")
+        trainer = "priorities" if "charts/arrival_rate" in tags else "ppo_or"
+        clock = events.Scalars("charts/rollout_seconds")
         seconds = [r.value + u.value for r, u in zip(clock, events.Scalars("charts/update_seconds"), strict=True)]
     elif "charts/arrival_rate" in tags:
         trainer, clock = "ppo_flatland", events.Scalars("charts/arrival_rate")
@@ -144,9 +155,9 @@ def main():
     read = [(label_of(run), *read_run(run)) for run in args.runs]
     trainers = {trainer for _, trainer, _, _ in read}
     if len(trainers) > 1:
-        sys.exit("error: runs of ppo_or.py and of ppo_flatland.py have different curves: plot them apart")
+        sys.exit("error: runs of different trainers (ppo_or.py, ppo_flatland.py, --learn priorities) have different curves: plot them apart")
     trainer = trainers.pop()
-    if trainer == "ppo_flatland" and args.marks:
+    if trainer != "ppo_or" and args.marks:
         sys.exit("error: --marks are test gaps of routing runs; ppo_flatland.py runs have none")
     runs = [(label, minutes, values) for label, _, minutes, values in read]
     marks = [row for path in args.marks for row in read_marks(path)]
@@ -164,7 +175,8 @@ def main():
             if tag == "marks":
                 continue  # drawn once for every trainer below
             if tag == "validation":
-                for style, points in zip(("o-", "o--"), (values[tag].get(t, []) for t in validation_tags), strict=True):
+                styles = ("o-", "o--", "o:")[: len(validation_tags)]
+                for style, points in zip(styles, (values[tag].get(t, []) for t in validation_tags), strict=True):
                     ax.plot([m for m, _ in points], [v for _, v in points], style, color=colour, ms=3, label=label)
                 continue
             if tag not in values:

@@ -84,3 +84,27 @@ def test_a_railway_run_against_minutes_without_its_pause(tmp_path):
         result = plot(tmp_path, *args)
         assert result.returncode != 0 and message in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_priority_run_beside_the_fixed_orders(tmp_path):
+    """A ppo_flatland.py --learn priorities run: its own panels, minutes from rollout + update seconds."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = tmp_path / "runs" / "flatland-50x50-30__prio__1__1"
+    writer = SummaryWriter(str(run))
+    for step in range(1, 21):
+        for tag, value in (("charts/rollout_seconds", 20.0), ("charts/update_seconds", 1.0),
+                           ("charts/arrival_rate", 0.9 + step / 400), ("charts/reward", 0.88 + step / 400),
+                           ("losses/approx_kl", 0.01), ("losses/clipfrac", 0.1), ("losses/entropy", 2.0)):  # fmt: skip
+            writer.add_scalar(tag, value, step)
+        if step % 5 == 0:
+            for tag, value in (("eval/arrival_rate", 0.99), ("eval/longest_first_arrival_rate", 0.993),
+                               ("eval/closest_first_arrival_rate", 0.987)):  # fmt: skip
+                writer.add_scalar(tag, value, step)
+    writer.close()
+    out = tmp_path / "prio.png"
+    result = plot(tmp_path, run, "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert "up to 7.0 minutes" in result.stdout and out.stat().st_size > 10_000  # 20 x (20 + 1) s
+    result = plot(tmp_path, run, fake_run(tmp_path), "--out", tmp_path / "x.png")
+    assert result.returncode != 0 and "plot them apart" in result.stderr
