@@ -59,8 +59,8 @@ def train_features(track: Track) -> np.ndarray:
 class PriorityPolicy(nn.Module):
     """Encodes the trains with self-attention, then picks them one after another: the query is the
     mean embedding and the last pick's, the logits 10 tanh(q.k / sqrt(d)) over the trains not yet
-    picked. ``forward(features [B, T, F], order=None, greedy=False)`` -> order [B, T] (sampled, the
-    most likely, or the one given), its log-probabilities [B, T] and entropies [B, T] per pick."""
+    picked. ``forward(features [B, T, F], order=None, greedy=False, generator=None)`` -> order [B, T]
+    (sampled, with ``generator`` where given, the most likely, or the one given), its log-probabilities [B, T] and entropies [B, T] per pick."""
 
     def __init__(self, features: int = len(FEATURES), hidden: int = 64, heads: int = 4, layers: int = 2):
         super().__init__()
@@ -72,7 +72,11 @@ class PriorityPolicy(nn.Module):
         self.first = nn.Parameter(torch.zeros(hidden))  # the "last pick" before the first
 
     def forward(
-        self, features: torch.Tensor, order: torch.Tensor | None = None, greedy: bool = False
+        self,
+        features: torch.Tensor,
+        order: torch.Tensor | None = None,
+        greedy: bool = False,
+        generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         h = self.encoder(self.embed(features))  # [B, T, d]
         keys = self.key(h)
@@ -90,7 +94,7 @@ class PriorityPolicy(nn.Module):
             elif greedy:
                 pick = logp.argmax(-1)
             else:
-                pick = torch.multinomial(logp.exp(), 1).squeeze(-1)
+                pick = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
             picks.append(pick)
             logps.append(logp[rows, pick])
             entropies.append(-(logp.exp() * logp.masked_fill(picked, 0.0)).sum(-1))
@@ -116,15 +120,29 @@ def order_reward(planner: Planner) -> float:
     return planner.planned_share - DELAY_WEIGHT * delay
 
 
-def learned_plans(policy: PriorityPolicy, track: Track, seconds: float, rng: np.random.Generator) -> Planner:
-    """The planner's plans in the policy's most likely order, then repaired for the rest of ``seconds``
-    (the policy's own time counted): ``play_planner``'s ``initial``, with the policy bound."""
+def learned_plans(
+    policy: PriorityPolicy, track: Track, seconds: float, rng: np.random.Generator, samples: int = 8
+) -> Planner:
+    """The planner's plans in the policy's most likely order; while trains stay unplanned, for a quarter
+    of ``seconds`` at most, ``samples`` orders at a time drawn from the policy, the best plan kept (as
+    ``initial_plans`` restarts random orders); then repaired for the rest of ``seconds`` (the policy's
+    own time counted): ``play_planner``'s ``initial``, with the policy bound."""
     start = time.perf_counter()
+    features = torch.as_tensor(train_features(track))[None]
     with torch.no_grad():
-        order, _, _ = policy(torch.as_tensor(train_features(track))[None], greedy=True)
-    planner = plan_in_order(track, order[0].tolist(), rng)
-    planner.repair(0, {}, start + seconds)
-    return planner
+        order, _, _ = policy(features, greedy=True)
+    best = plan_in_order(track, order[0].tolist(), rng)
+    draws = torch.Generator().manual_seed(int(rng.integers(2**31)))
+    while best.failed and time.perf_counter() - start < seconds / 4:
+        with torch.no_grad():
+            orders, _, _ = policy(features.expand(samples, -1, -1), generator=draws)
+        for order in orders:
+            planner = plan_in_order(track, order.tolist(), rng)
+            best = planner if planner.objective() > best.objective() else best
+            if not best.failed or time.perf_counter() - start >= seconds / 4:
+                break
+    best.repair(0, {}, start + seconds)
+    return best
 
 
 def lead_over(learned: list[dict], fixed: list[dict], seed: int = 0, resamples: int = 10_000) -> dict:
