@@ -261,3 +261,17 @@ def test_lead_over_is_the_mean_paired_difference_inside_its_interval(maps, shift
     assert shifted["arrival_lead_low"] == pytest.approx(shift) and shifted["arrival_lead_high"] == pytest.approx(shift)
     with pytest.raises(ValueError, match="same maps"):
         lead_over(learned, fixed[:-1] if len(fixed) > 1 else [])
+
+
+def test_the_shipped_priority_policies_load_by_name_and_order_every_train():
+    import torch
+    from ppoor.models import latest_checkpoint
+    from ppoor.railway.priorities import load_priority_policy, train_features
+
+    track = Track(rail_env(25, 25, 5, seed=3))
+    for name, trains in (("flatland/priorities50", 30), ("flatland/priorities80", 80)):
+        policy, ckpt = load_priority_policy(latest_checkpoint(name))
+        assert ckpt["problem"] == "rail-priorities" and ckpt["num_nodes"] == trains and "optimizer" not in ckpt
+        with torch.no_grad():
+            order, _, _ = policy(torch.as_tensor(train_features(track))[None], greedy=True)
+        assert sorted(order[0].tolist()) == list(range(5))
