@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import torch
-from ppoor.railway.spacetime import Planner, Track, free_path_cells
+from ppoor.railway.spacetime import Planner, Track, best_plans, free_path_cells
 from torch import nn
 
 FEATURES = (
@@ -124,25 +124,23 @@ def learned_plans(
     policy: PriorityPolicy, track: Track, seconds: float, rng: np.random.Generator, samples: int = 8
 ) -> Planner:
     """The planner's plans in the policy's most likely order; while trains stay unplanned, for a quarter
-    of ``seconds`` at most, ``samples`` orders at a time drawn from the policy, the best plan kept (as
+    of ``seconds`` at most, orders drawn from the policy (``samples`` at a time), the best plan kept (as
     ``initial_plans`` restarts random orders); then repaired for the rest of ``seconds`` (the policy's
-    own time counted): ``play_planner``'s ``initial``, with the policy bound."""
+    own time counted; ``spacetime.best_plans``): ``play_planner``'s ``initial``, with the policy bound."""
     start = time.perf_counter()
     features = torch.as_tensor(train_features(track))[None]
-    with torch.no_grad():
-        order, _, _ = policy(features, greedy=True)
-    best = plan_in_order(track, order[0].tolist(), rng)
-    draws = torch.Generator().manual_seed(int(rng.integers(2**31)))
-    while best.failed and time.perf_counter() - start < seconds / 4:
+
+    def orders():  # no_grad around each call only: a generator's context would outlive its yields
         with torch.no_grad():
-            orders, _, _ = policy(features.expand(samples, -1, -1), generator=draws)
-        for order in orders:
-            planner = plan_in_order(track, order.tolist(), rng)
-            best = planner if planner.objective() > best.objective() else best
-            if not best.failed or time.perf_counter() - start >= seconds / 4:
-                break
-    best.repair(0, {}, start + seconds)
-    return best
+            greedy = policy(features, greedy=True)[0][0].tolist()
+        yield greedy
+        draws = torch.Generator().manual_seed(int(rng.integers(2**31)))
+        while True:
+            with torch.no_grad():
+                sampled = policy(features.expand(samples, -1, -1), generator=draws)[0].tolist()
+            yield from sampled
+
+    return best_plans(track, orders(), seconds, rng, start)
 
 
 def lead_over(learned: list[dict], fixed: list[dict], seed: int = 0, resamples: int = 10_000) -> dict:

@@ -290,20 +290,34 @@ def positions(env) -> tuple[dict, set]:
     return on_map, done
 
 
-def initial_plans(track: Track, ordering: str, seconds: float, rng: np.random.Generator) -> Planner:
-    """The plans from step 0 in the order ``ordering`` (random: new random orders while a quarter of
-    ``seconds`` lasts, the best kept), then repaired for the rest of ``seconds``."""
-    start = time.perf_counter()
+def best_plans(track: Track, orders, seconds: float, rng: np.random.Generator, start: float | None = None) -> Planner:
+    """The plans from step 0 of the priority orders ``orders`` yields (the first always planned; more
+    while trains stay unplanned and a quarter of ``seconds`` lasts), the best kept, then repaired for
+    the rest of ``seconds``, counted from ``start`` (time.perf_counter; default now)."""
+    start = time.perf_counter() if start is None else start
     best = None
-    while True:
+    for order in orders:
         planner = Planner(track, rng)
-        planner.plan(planner.order(ordering, range(track.trains)), 0, {})
+        planner.plan(list(order), 0, {})
         if best is None or planner.objective() > best.objective():
             best = planner
-        if ordering != "random" or time.perf_counter() - start > seconds / 4 or not best.failed:
+        if not best.failed or time.perf_counter() - start > seconds / 4:
             break
     best.repair(0, {}, start + seconds)
     return best
+
+
+def initial_plans(track: Track, ordering: str, seconds: float, rng: np.random.Generator) -> Planner:
+    """The plans from step 0 in the order ``ordering`` (random: new random orders while a quarter of
+    ``seconds`` lasts, the best kept), then repaired for the rest of ``seconds`` (``best_plans``)."""
+    start, orderer = time.perf_counter(), Planner(track, rng)
+
+    def orders():
+        yield orderer.order(ordering, range(track.trains))
+        while ordering == "random":
+            yield orderer.order(ordering, range(track.trains))
+
+    return best_plans(track, orders(), seconds, rng, start)
 
 
 def play_planner(
