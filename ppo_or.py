@@ -27,7 +27,7 @@ import torch.distributed as dist
 from ppoor.envs import ENV_IDS
 from ppoor.envs.vrp import instance_variants
 from ppoor.models import Agent, Cache, StateWrapper, compile_step
-from ppoor.models.distributed_norm import fixed_statistics, recorded_statistics
+from ppoor.models.distributed_norm import fixed_statistics, freeze_statistics, recorded_statistics
 from ppoor.search import allowed_starts, forced_actions
 from ppoor.training import options, parallel, routing
 from ppoor.training.runs import Run
@@ -122,6 +122,9 @@ class Args:
     norm_groups: bool = True
     """encode the rollout in the update's minibatches, so each minibatch starts from the policy that sampled
     it (the cure of small minibatches' relapses); False: all instances at once (the rlor preset)"""
+    batch_norm: Literal["batch", "frozen"] = "batch"
+    """the am encoder's batch norm: batch (each batch's statistics) or frozen (--init-from's running statistics,
+    in rollout, update and evaluation alike: fine-tuning on a mix of unlike instances, such as the 48 variants)"""
     encoder_cache: bool = True
     """encode each instance once per rollout; False re-encodes at every step (a benchmark baseline)"""
     distance_prior: float | None = None
@@ -380,6 +383,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
     agent = Agent(problem, distance_prior=args.distance_prior, encoder=args.encoder).to(device)
     if init:
         agent.load_state_dict(init["model"])
+    if args.batch_norm == "frozen":  # (a resumed run's statistics are its checkpoint's: restored below)
+        freeze_statistics(agent)
     if args.compile:
         compile_step(agent)
     torch.manual_seed(args.seed + rank)

@@ -1,5 +1,5 @@
 """Batch norm whose training statistics span every data-parallel process, and that can replay the
-statistics of an earlier batch.
+statistics of an earlier batch, or normalise with its running statistics in training too.
 
 ``torch.nn.SyncBatchNorm`` runs on GPUs only; this one sums its statistics with a differentiable
 all-reduce, so it works with gloo on CPU and NCCL on GPU alike. In one process, or
@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn import functional as F
 
 
 def data_parallel() -> bool:
@@ -62,8 +63,11 @@ class DistributedBatchNorm1d(nn.BatchNorm1d):
     record: bool = False
     recorded: tuple[torch.Tensor, torch.Tensor] | None = None
     fixed: tuple[torch.Tensor, torch.Tensor] | None = None
+    frozen: bool = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.frozen:  # the running statistics, left as they are, in training mode as in evaluation
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
         if self.fixed is not None:  # the recorded values, with the gradient of this batch's statistics
             batch_mean, batch_var = x.float().mean(0), x.float().var(0, unbiased=False)
             mean = self.fixed[0] + (batch_mean - batch_mean.detach())
@@ -123,3 +127,12 @@ def fixed_statistics(model: nn.Module, stats: list) -> Iterator[None]:
     finally:
         for norm in norms:
             norm.fixed = None
+
+
+def freeze_statistics(model: nn.Module) -> None:
+    """Makes every ``DistributedBatchNorm1d`` of ``model`` normalise with its running statistics, unchanged,
+    in training mode too: the policy a rollout samples, the one the update trains and the one evaluation
+    decodes are then one function of each instance, whatever else is in its batch."""
+    for norm in model.modules():
+        if isinstance(norm, DistributedBatchNorm1d):
+            norm.frozen = True

@@ -829,3 +829,24 @@ def test_variant_normalised_rewards_train_save_their_scales_and_resume(tmp_path)
     train(tmp_path, "--resume", str(first), "--total-timesteps", "150")
     result = train(tmp_path, "--norm-rewards", "variant", *TINY, "--total-timesteps", "40", check=False)
     assert result.returncode != 0 and "--norm-rewards variant scales" in result.stderr
+
+
+def test_frozen_batch_norm_trains_the_policy_it_evaluates_and_keeps_the_initial_statistics(tmp_path):
+    """--batch-norm frozen: the rollout, the update and evaluation normalise with --init-from's running
+    statistics, so training leaves them as they were; it is refused where there are none to keep."""
+    train(tmp_path, "--env-id", "mtvrp48-v0", "--num-nodes", "6", *TINY, "--total-timesteps", "40",
+          "--eval-interval", "0", "--exp-name", "start")  # fmt: skip
+    start = sorted((run_dir(tmp_path) / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1]
+    train(tmp_path, "--env-id", "mtvrp48-v0", "--num-nodes", "6", *TINY, "--total-timesteps", "100",
+          "--eval-interval", "0", "--init-from", str(start), "--batch-norm", "frozen", "--exp-name", "tuned")  # fmt: skip
+    tuned_dir = next(p for p in (tmp_path / "runs").iterdir() if "tuned" in p.name)
+    tuned = read_checkpoint(sorted((tuned_dir / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1])["model"]
+    before = read_checkpoint(start)["model"]
+    statistics = [key for key in before if key.endswith(("running_mean", "running_var"))]
+    weights = [key for key in before if key.endswith("weight")]
+    assert statistics and all(torch.equal(before[key], tuned[key]) for key in statistics)
+    assert any(not torch.equal(before[key], tuned[key]) for key in weights)  # it did train
+    for extra, message in ((), "give --init-from"), (("--init-from", str(start), "--encoder", "transformer"), "no batch norm"):
+        result = train(tmp_path, "--env-id", "mtvrp48-v0", "--num-nodes", "6", *TINY, "--batch-norm", "frozen",
+                       *extra, "--total-timesteps", "40", check=False)  # fmt: skip
+        assert result.returncode != 0 and message in result.stderr.strip().splitlines()[-1], result.stderr

@@ -132,6 +132,10 @@ def check_args(args, starts: int) -> None:
         problems.append(f"--compile: {problem}")
     if args.norm_groups and args.replay_batch_norm:
         problems.append("--norm-groups and --replay-batch-norm are two cures of the same mismatch: choose one")
+    if args.batch_norm == "frozen" and args.encoder != "am":
+        problems.append(f"--batch-norm frozen: the {args.encoder} encoder has no batch norm")
+    elif args.batch_norm == "frozen" and not (args.init_from or args.resume):
+        problems.append("--batch-norm frozen keeps trained weights' statistics: give --init-from (or --resume)")
     if args.baseline == "shared" and args.n_traj * args.train_augment < 2:
         problems.append("--baseline shared needs at least 2 trajectories per instance (--n-traj x --train-augment)")
     problem = ENV_IDS[args.env_id]
