@@ -51,6 +51,7 @@ from ppoor.railway.track import (
     branches,
     deadlocked_trains,
     decision_point,
+    distance_maps,
     next_cell,
     occupancy,
     simulator_action,
@@ -174,7 +175,7 @@ class RailDecisionEnv:
         self.release_rule = release_rule
         self.paths = [] if self.record else None  # per simulator step: each train's (row, col) or None
         self.env = rail_env(self.width, self.height, self.trains, seed, self.cities)
-        self.distances = self.env.distance_map.get()  # [T, H, W, 4]
+        self.distances = distance_maps(self.env)  # [T, H, W, 4]
         self.ids = np.random.default_rng(seed).random(self.trains) if ids is None else np.asarray(ids, dtype=float)
         self.book = PathBook(self)
         self.masks, self.masks_step = {}, -1  # the decision's masks (``per_decision``), at that simulator step

@@ -31,7 +31,15 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from ppoor.railway.track import DO_NOTHING, MOVE_FORWARD, STOP_MOVING, exits, next_cell, simulator_action
+from ppoor.railway.track import (
+    DO_NOTHING,
+    MOVE_FORWARD,
+    STOP_MOVING,
+    distance_maps,
+    exits,
+    next_cell,
+    simulator_action,
+)
 
 ORDERINGS = ("closest", "longest", "random")
 """The fixed priority orders: the trains closest to their targets first, the farthest first, or random
@@ -66,7 +74,7 @@ class Track:
         self.env = env
         self.trains = len(env.agents)
         self.max_steps = int(env._max_episode_steps)
-        self.distances = env.distance_map.get()  # [T, H, W, 4]
+        self.distances = distance_maps(env)  # [T, H, W, 4]
         self.starts = [agent.initial_configuration for agent in env.agents]
         self.targets = [next(iter(agent.targets))[0] for agent in env.agents]
         # ready to depart after the step that reaches the earliest departure (step 1 at the soonest), on the

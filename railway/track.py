@@ -9,6 +9,10 @@ Positions are (row, column); directions 0..3 = north, east, south, west. ``env``
 
 from __future__ import annotations
 
+from collections import deque
+
+import numpy as np
+
 STOP, LEFT, RIGHT = 0, 1, 2
 ACTIONS = ("stop", "left branch", "right branch")
 # the simulator's actions (flatland.envs.rail_env_action.RailEnvActions)
@@ -20,6 +24,44 @@ COL_STEP = (0, 1, 0, -1)
 def exits(env, position: tuple, direction: int) -> list[int]:
     """The directions a train at ``position`` heading ``direction`` may leave the cell in."""
     return [d for d, allowed in enumerate(env.rail.get_transitions((position, direction))) if allowed]
+
+
+def distance_maps(env) -> np.ndarray:
+    """[T, H, W, 4]: each train's number of moves from (row, column, heading) to one of its target's valid
+    configurations (inf where none is reachable): Flatland's ``env.distance_map.get()``, computed by one
+    backward breadth-first search per distinct target over the moves of the rail's (cell, heading) states."""
+    height, width = env.height, env.width
+    states = height * width * 4
+    before: dict[int, list[int]] = {}  # state -> the states one move before it; state = (row * W + col) * 4 + heading
+    for row, col in zip(*np.nonzero(env.rail.grid), strict=True):
+        cell = (int(row), int(col))
+        for heading in range(4):
+            for way in exits(env, cell, heading):
+                to = next_cell(cell, way)
+                if 0 <= to[0] < height and 0 <= to[1] < width:
+                    before.setdefault((to[0] * width + to[1]) * 4 + way, []).append((cell[0] * width + cell[1]) * 4 + heading)
+    out = np.empty((len(env.agents), states))
+    searched: dict[frozenset, int] = {}  # a target's valid configurations -> the first train with it
+    for handle, agent in enumerate(env.agents):
+        goals = frozenset((cell, int(heading)) for cell, heading in agent.targets if env.rail.is_valid_configuration((cell, heading)))
+        if goals in searched:
+            out[handle] = out[searched[goals]]
+            continue
+        searched[goals] = handle
+        distance = [np.inf] * states
+        queue = deque()
+        for (row, col), heading in goals:
+            distance[(row * width + col) * 4 + heading] = 0
+            queue.append((row * width + col) * 4 + heading)
+        while queue:
+            state = queue.popleft()
+            step = distance[state] + 1
+            for earlier in before.get(state, ()):
+                if distance[earlier] > step:
+                    distance[earlier] = step
+                    queue.append(earlier)
+        out[handle] = distance
+    return out.reshape(len(env.agents), height, width, 4)
 
 
 def is_switch(env, position: tuple) -> bool:

@@ -27,9 +27,31 @@ from ppoor.railway.spacetime import (  # noqa: E402
     play_planner,
     search,
 )
+from ppoor.railway.track import distance_maps  # noqa: E402
 
 STOP_MOVING, DO_NOTHING = 4, 0  # the simulator's actions, written here
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@settings(max_examples=12, deadline=None)
+@given(size=st.sampled_from([(25, 25, 5), (30, 30, 8), (35, 35, 10), (40, 30, 12)]), seed=st.integers(0, 10**6))
+def test_the_distance_maps_are_flatlands_own(size, seed):
+    """Our backward search per target gives Flatland's distance map exactly (inf where no path leads), and
+    a move along the map's finite distances takes one step off them, down to 0 on the target."""
+    env = rail_env(*size, seed)
+    ours = distance_maps(env)
+    np.testing.assert_array_equal(ours, env.distance_map.get())
+    track = Track(env)
+    for handle, agent in enumerate(env.agents):
+        cell, heading = agent.initial_configuration
+        left = ours[handle, cell[0], cell[1], heading]
+        if not np.isfinite(left):
+            continue
+        while left > 0:  # the nearest next state is one step nearer
+            cell, heading = min(track.moves(cell, heading), key=lambda m: ours[handle, m[0][0], m[0][1], m[1]])
+            assert ours[handle, cell[0], cell[1], heading] == left - 1
+            left -= 1
+        assert (cell, heading) in {(c, int(h)) for c, h in agent.targets}
 
 
 def moved(env, trains: dict) -> dict:
