@@ -35,12 +35,12 @@ from ppoor.railway.track import (
     DO_NOTHING,
     MOVE_FORWARD,
     STOP_MOVING,
-    distance_maps,
-    exits,
-    next_cell,
+    distance_lists,
+    rail_moves,
     simulator_action,
 )
 
+INF = float("inf")
 ORDERINGS = ("closest", "longest", "random")
 """The fixed priority orders: the trains closest to their targets first, the farthest first, or random
 orders (restarted while the planning time lasts, the best kept)."""
@@ -68,29 +68,30 @@ class Plan:
 
 class Track:
     """What the planner knows of one map: each train's start, target, earliest entering step and
-    distance map, the moves from each (cell, heading), and the step limit."""
+    distances to its target (``distance_lists``), the moves from each (cell, heading), and the step limit."""
 
     def __init__(self, env):
         self.env = env
         self.trains = len(env.agents)
         self.max_steps = int(env._max_episode_steps)
-        self.distances = distance_maps(env)  # [T, H, W, 4]
+        self.ways = rail_moves(env)
+        self.target_index, self.target_distances = distance_lists(env, self.ways)  # flat [H * W * 4] each
         self.starts = [agent.initial_configuration for agent in env.agents]
         self.targets = [next(iter(agent.targets))[0] for agent in env.agents]
         # ready to depart after the step that reaches the earliest departure (step 1 at the soonest), on the
         # map one step later
         self.earliest = [max(int(agent.earliest_departure), 1) + 1 for agent in env.agents]
-        self.moves_cache: dict = {}
 
     def moves(self, cell: tuple, heading: int) -> list:
         """[(next cell, heading there)] of the exits from ``cell`` entered heading ``heading``."""
-        key = (cell, heading)
-        if key not in self.moves_cache:
-            self.moves_cache[key] = [(next_cell(cell, e), e) for e in exits(self.env, cell, heading)]
-        return self.moves_cache[key]
+        return self.ways.get((cell, heading), [])
+
+    def flat_distances(self, handle: int) -> list:
+        """The train's distances as a flat list: state (row * W + column) * 4 + heading (``distance_lists``)."""
+        return self.target_distances[self.target_index[handle]]
 
     def distance(self, handle: int, cell: tuple, heading: int) -> float:
-        return float(self.distances[handle, cell[0], cell[1], heading])
+        return self.flat_distances(handle)[(cell[0] * self.env.width + cell[1]) * 4 + heading]
 
     def alone_arrival(self, handle: int) -> float:
         """The step the train would arrive alone on the map, leaving at its earliest (inf: never)."""
@@ -136,23 +137,29 @@ def search(track: Track, book: Reservations, handle: int, t0: int, at, limit: in
     earliest step)). Returns the path that arrives soonest within the step limit without breaking a
     reservation, or None when there is none (or ``limit`` nodes were expanded first)."""
     target, horizon = track.targets[handle], track.max_steps
-    dist = track.distances[handle]
+    dist, row = track.flat_distances(handle), 4 * track.env.width  # Python floats: the inner loop reads them
+    held, parked = book.held, book.parked
     start_cell, start_heading = track.starts[handle]
     enter_from = max(t0 + 1, track.earliest[handle])
     tie = itertools.count()
     parents: dict = {}
     frontier: list = []
 
+    def free(cell, t) -> bool:  # Reservations.free, inlined
+        park = parked.get(cell) if parked else None
+        holder = park[0] if park is not None and t >= park[1] else held.get((cell, t))
+        return holder is None or holder == handle
+
     def push(node, parent, h):
         if node not in parents and node[2] + h <= horizon:
             parents[node] = parent
             heapq.heappush(frontier, (node[2] + h, -node[2], next(tie), node))
 
+    start_h = dist[start_cell[0] * row + start_cell[1] * 4 + start_heading]
     if at is None:
-        h = 1 + dist[start_cell[0], start_cell[1], start_heading]
-        push((None, None, t0), None, h)
+        push((None, None, t0), None, 1 + start_h)
     else:
-        push((at[0], at[1], t0), None, dist[at[0][0], at[0][1], at[1]])
+        push((at[0], at[1], t0), None, dist[at[0][0] * row + at[0][1] * 4 + at[1]])
     expanded = 0
     while frontier and expanded < limit:
         _, _, _, node = heapq.heappop(frontier)
@@ -166,16 +173,18 @@ def search(track: Track, book: Reservations, handle: int, t0: int, at, limit: in
             path.reverse()
             return Plan(handle, t - len(path) + 1, path, at is None)
         if cell is None:  # off the map: wait there, or enter on the start cell
-            push((None, None, t + 1), node, 1 + dist[start_cell[0], start_cell[1], start_heading])
-            if t + 1 >= enter_from and book.free(start_cell, t + 1, handle):
-                push((start_cell, start_heading, t + 1), node, dist[start_cell[0], start_cell[1], start_heading])
+            push((None, None, t + 1), node, 1 + start_h)
+            if t + 1 >= enter_from and free(start_cell, t + 1):
+                push((start_cell, start_heading, t + 1), node, start_h)
             continue
-        if book.free(cell, t + 1, handle):  # wait on the track
-            push((cell, heading, t + 1), node, dist[cell[0], cell[1], heading])
+        if free(cell, t + 1):  # wait on the track
+            push((cell, heading, t + 1), node, dist[cell[0] * row + cell[1] * 4 + heading])
         for to, way in track.moves(cell, heading):
-            h = dist[to[0], to[1], way]
-            if np.isfinite(h) and book.free(to, t + 1, handle) and not book.swap(cell, to, t, handle):
-                push((to, way, t + 1), node, h)
+            h = dist[to[0] * row + to[1] * 4 + way]
+            if h != INF and free(to, t + 1):
+                other = held.get((to, t))  # Reservations.swap, inlined: no head-on pass
+                if other is None or other == handle or held.get((cell, t + 1)) != other:
+                    push((to, way, t + 1), node, h)
     return None
 
 
