@@ -95,7 +95,7 @@ def evaluate(args: argparse.Namespace, problem: str, marks: list[float]) -> list
         policy.load_state_dict(torch.load(peer_path, weights_only=True)["policy"])
         policy.eval()
         for name, model_seconds in (("ppo-or", seconds), ("rl4co-pomo", peer_seconds)):
-            row = {"trainer": name, "mark": mark, "minutes": model_seconds / 60}
+            row = {"trainer": name, "mark": mark, "minutes": model_seconds / 60, "reference mean length": float(references.mean())}
             for label, mode, copies in SETTINGS:
                 if name == "ppo-or":
                     tours = decode(agent, data.instances, mode, augment_copies=copies, batch_size=100).tours
@@ -104,6 +104,7 @@ def evaluate(args: argparse.Namespace, problem: str, marks: list[float]) -> list
                     tours = rl4co_decode(policy, env, data.instances, multi, copies, problem=problem)
                 lengths, row[f"{label} invalid"] = checked_lengths(problem, data.instances, tours)
                 row[label] = gap(lengths, references)
+                row[f"{label} mean length"] = float(np.nanmean(lengths)) if not np.isnan(lengths).all() else None
             rows.append(row)
             print(f"mark {mark:g} min: {name} ({row['minutes']:.1f} min) " + ", ".join(
                 f"{label} {row[label]:.2f}%" for label, _, _ in SETTINGS), flush=True)  # fmt: skip
