@@ -138,17 +138,12 @@ def search(track: Track, book: Reservations, handle: int, t0: int, at, limit: in
     reservation, or None when there is none (or ``limit`` nodes were expanded first)."""
     target, horizon = track.targets[handle], track.max_steps
     dist, row = track.flat_distances(handle), 4 * track.env.width  # Python floats: the inner loop reads them
-    held, parked = book.held, book.parked
+    free, swap = book.free, book.swap
     start_cell, start_heading = track.starts[handle]
     enter_from = max(t0 + 1, track.earliest[handle])
     tie = itertools.count()
     parents: dict = {}
     frontier: list = []
-
-    def free(cell, t) -> bool:  # Reservations.free, inlined
-        park = parked.get(cell) if parked else None
-        holder = park[0] if park is not None and t >= park[1] else held.get((cell, t))
-        return holder is None or holder == handle
 
     def push(node, parent, h):
         if node not in parents and node[2] + h <= horizon:
@@ -174,17 +169,15 @@ def search(track: Track, book: Reservations, handle: int, t0: int, at, limit: in
             return Plan(handle, t - len(path) + 1, path, at is None)
         if cell is None:  # off the map: wait there, or enter on the start cell
             push((None, None, t + 1), node, 1 + start_h)
-            if t + 1 >= enter_from and free(start_cell, t + 1):
+            if t + 1 >= enter_from and free(start_cell, t + 1, handle):
                 push((start_cell, start_heading, t + 1), node, start_h)
             continue
-        if free(cell, t + 1):  # wait on the track
+        if free(cell, t + 1, handle):  # wait on the track
             push((cell, heading, t + 1), node, dist[cell[0] * row + cell[1] * 4 + heading])
         for to, way in track.moves(cell, heading):
             h = dist[to[0] * row + to[1] * 4 + way]
-            if h != INF and free(to, t + 1):
-                other = held.get((to, t))  # Reservations.swap, inlined: no head-on pass
-                if other is None or other == handle or held.get((cell, t + 1)) != other:
-                    push((to, way, t + 1), node, h)
+            if h != INF and free(to, t + 1, handle) and not swap(cell, to, t, handle):
+                push((to, way, t + 1), node, h)
     return None
 
 
