@@ -25,7 +25,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from ppoor.models import latest_checkpoint  # noqa: E402
-from ppoor.railway.env import rail_env  # noqa: E402
+from ppoor.railway.env import check_map, rail_env  # noqa: E402
 from ppoor.railway.priorities import learned_plans, load_priority_policy, train_features  # noqa: E402
 from ppoor.railway.spacetime import ORDERINGS, Planner, Track, play_planner  # noqa: E402
 
@@ -48,7 +48,11 @@ def main() -> None:
     parser.add_argument("--planner-seconds", type=float, default=10.0, help="the orders' and repair's time per map")
     parser.add_argument("--priorities", default="flatland/priorities80", help="a priority policy; '' leaves it out")
     args = parser.parse_args()
-    width, height, trains = (int(x) for x in args.size.split("x"))
+    try:
+        width, height, trains = (int(x) for x in args.size.split("x"))
+        check_map(width, height, trains)
+    except ValueError as exc:
+        parser.error(f"--size {args.size}: {exc} (WIDTHxHEIGHTxTRAINS, e.g. 80x80x80)")
     if args.episodes < 1 or not args.planner_seconds > 0:
         parser.error("--episodes must be at least 1 and --planner-seconds positive")
     torch.set_num_threads(1)
