@@ -21,12 +21,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import time  # noqa: E402
+from functools import partial  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from ppoor.models import latest_checkpoint  # noqa: E402
 from ppoor.railway.env import check_map, rail_env  # noqa: E402
-from ppoor.railway.priorities import learned_plans, load_priority_policy, train_features  # noqa: E402
+from ppoor.railway.priorities import greedy_order, learned_plans, load_priority_policy, plan_in_order, train_features  # noqa: E402
 from ppoor.railway.spacetime import ORDERINGS, Planner, Track, play_planner  # noqa: E402
 
 
@@ -35,8 +36,7 @@ def first_pass(env, order_of) -> tuple[float, float, int]:
     start = time.perf_counter()
     track = Track(env)
     built = time.perf_counter()
-    planner = Planner(track, np.random.default_rng(0))
-    planner.plan(order_of(track), 0, {})
+    planner = plan_in_order(track, order_of(track))
     return built - start, time.perf_counter() - built, len(planner.failed)
 
 
@@ -58,20 +58,16 @@ def main() -> None:
     torch.set_num_threads(1)
     policy = load_priority_policy(latest_checkpoint(args.priorities))[0] if args.priorities else None
 
-    def learned_order(track: Track) -> list[int]:
-        with torch.no_grad():
-            return policy(torch.as_tensor(train_features(track))[None], greedy=True)[0][0].tolist()
-
     orders = {name: (lambda track, name=name: Planner(track, np.random.default_rng(0)).order(name, range(track.trains)))
               for name in ORDERINGS}  # fmt: skip
     if policy is not None:
-        orders["learned"] = learned_order
+        orders["learned"] = lambda track: greedy_order(policy, torch.as_tensor(train_features(track))[None])
     rows = {name: [] for name in orders}
     for k in range(args.episodes):
         seed = args.seed + k
         for name, order_of in orders.items():
             built, passed, left = first_pass(rail_env(width, height, trains, seed), order_of)
-            initial = (lambda track, seconds, rng: learned_plans(policy, track, seconds, rng)) if name == "learned" else None
+            initial = partial(learned_plans, policy) if name == "learned" else None
             played = play_planner(rail_env(width, height, trains, seed), "closest" if initial else name,
                                   args.planner_seconds, seed, initial=initial)  # fmt: skip
             rows[name].append((built, passed, left, played["planning_seconds"], played["arrival_rate"]))

@@ -111,6 +111,12 @@ def plan_in_order(track: Track, order, rng: np.random.Generator | None = None, l
     return planner
 
 
+def greedy_order(policy: PriorityPolicy, features: torch.Tensor) -> list[int]:
+    """The policy's most likely order of one map's trains, from their ``train_features`` [1, T, F]."""
+    with torch.no_grad():
+        return policy(features, greedy=True)[0][0].tolist()
+
+
 def order_reward(planner: Planner) -> float:
     """The share of trains planned to arrive, minus ``DELAY_WEIGHT`` x their mean delay over the step
     limit (a delay: the planned arrival step after the train's arrival alone)."""
@@ -131,9 +137,7 @@ def learned_plans(
     features = torch.as_tensor(train_features(track))[None]
 
     def orders():  # no_grad around each call only: a generator's context would outlive its yields
-        with torch.no_grad():
-            greedy = policy(features, greedy=True)[0][0].tolist()
-        yield greedy
+        yield greedy_order(policy, features)
         draws = torch.Generator().manual_seed(int(rng.integers(2**31)))
         while True:
             with torch.no_grad():
