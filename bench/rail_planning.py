@@ -8,7 +8,8 @@ For each of --episodes test maps (seeds --seed, --seed + 1, ...: eval_flatland.p
 - planning: the whole episode's planning as eval_flatland.py counts it (``play_planner``'s
   planning_seconds: the track, the orders tried, the repair, the replanning while the trains run),
   with --planner-seconds for the orders and the repair, and the episode's arrival rate.
-Prints the means per map (the planning time's median and largest map too: a map whose repair spends
+First, the distance tables alone: ``railway.track.distance_maps`` against Flatland's own
+``distance_map.get()`` on each map (the same tables), and their ratio. Prints the means per map (the planning time's median and largest map too: a map whose repair spends
 the whole --planner-seconds carries the mean) and each order's mean planning time over the best fixed
 order's (the most arrivals, then the least planning).
 
@@ -29,6 +30,7 @@ from ppoor.models import latest_checkpoint  # noqa: E402
 from ppoor.railway.env import check_map, rail_env  # noqa: E402
 from ppoor.railway.priorities import greedy_order, learned_plans, load_priority_policy, plan_in_order, train_features  # noqa: E402
 from ppoor.railway.spacetime import ORDERINGS, Planner, Track, play_planner  # noqa: E402
+from ppoor.railway.track import distance_maps  # noqa: E402
 
 
 def first_pass(env, order_of) -> tuple[float, float, int]:
@@ -63,8 +65,15 @@ def main() -> None:
     if policy is not None:
         orders["learned"] = lambda track: greedy_order(policy, torch.as_tensor(train_features(track))[None])
     rows = {name: [] for name in orders}
+    ours, flatlands = [], []  # the distance tables: distance_maps against Flatland's own, on the same maps
     for k in range(args.episodes):
         seed = args.seed + k
+        env = rail_env(width, height, trains, seed)
+        start = time.perf_counter()
+        distance_maps(env)
+        ours.append(time.perf_counter() - start)
+        env.distance_map.get()
+        flatlands.append(time.perf_counter() - start - ours[-1])
         for name, order_of in orders.items():
             built, passed, left = first_pass(rail_env(width, height, trains, seed), order_of)
             initial = partial(learned_plans, policy) if name == "learned" else None
@@ -75,6 +84,8 @@ def main() -> None:
     best = max(ORDERINGS, key=lambda n: (means[n][4], -means[n][3]))
     print(f"{width}x{height}, {trains} trains, {args.episodes} maps from seed {args.seed}, "
           f"--planner-seconds {args.planner_seconds}, one thread; means per map")  # fmt: skip
+    print(f"distance tables: {np.mean(ours):.3f} s per map (railway.track.distance_maps) against Flatland's "
+          f"distance_map.get() {np.mean(flatlands):.3f} s: {np.mean(flatlands) / np.mean(ours):.1f}x")  # fmt: skip
     print(f"{'order':<10} {'track s':>8} {'first pass s':>13} {'left out':>9} {'planning s':>11} {'median':>7} {'max':>6} "
           f"{'arrival':>8}  vs {best}")  # fmt: skip
     for name, (built, passed, left, planning, arrival) in means.items():
