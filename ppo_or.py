@@ -100,7 +100,7 @@ class Args:
     step_fraction: float = 1.0
     """the share of the stored decoding steps each minibatch trains on (0.5 halves the update's cost)"""
     norm_adv: bool = True
-    """toggles advantages normalization"""
+    """toggles advantages normalization (the shared baseline's: divided by their RMS, already centred per instance)"""
     norm_rewards: Literal["none", "variant"] = "none"
     """VRP variants: variant divides each variant's advantages by its running RMS (mixed batches of unlike costs)"""
     clip_coef: float = 0.2

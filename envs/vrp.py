@@ -82,6 +82,9 @@ VARIANTS = _all_variants()
 the 8 with mixed backhauls, then the same 24 with multiple depots."""
 CLASSIC = tuple(name for name, v in VARIANTS.items() if not (v.multi_depot or v.mixed))
 """The 16 variants of RL4CO's multi-task VRP and of RouteFinder's main tables."""
+GROUPS = ("classic", "mixed_backhaul", "multi_depot")
+"""RouteFinder's groups of the 48: the 16 classic variants, the 8 single-depot ones with mixed backhauls,
+and the 24 with several depots (with or without mixed backhauls)."""
 MIXES = {"all": tuple(VARIANTS), "classic": CLASSIC}
 """Variants that draw each instance's variant uniformly: "all" of the 48, "classic" of the 16 (the
 same as drawing each of O, B, L, TW with probability 0.5, RL4CO's and RouteFinder's training mix)."""
@@ -274,6 +277,12 @@ def instance_variants(instances: dict) -> list[str]:
         strict=True,
     )
     return [variant_name(Variant(*map(bool, f))) for f in flags]
+
+
+def variant_group(name: str) -> str:
+    """The group (``GROUPS``) of variant ``name``: multi_depot, else mixed_backhaul, else classic."""
+    v = VARIANTS[name]
+    return "multi_depot" if v.multi_depot else "mixed_backhaul" if v.mixed else "classic"
 
 
 def single_trips(static: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -368,6 +368,33 @@ def test_time_budget_stops_the_run_with_wall_clock_checkpoints(tmp_path):
     assert args_json["preset"] == "ppo-or" and args_json["multi_start"] and args_json["n_traj"] == 4
 
 
+@given(seed=st.integers(0, 2**16), norm_adv=st.booleans())
+@settings(max_examples=30, deadline=None)
+def test_normalised_shared_advantages_keep_each_trajectorys_sign(seed, norm_adv):
+    """Trajectories of unlike lengths (VRP's depot returns): a trajectory worse than its instance's
+    mean never gets a positive normalised advantage at any of its steps, nor a better one a negative."""
+    from ppoor import ppo_or
+
+    gen = torch.Generator().manual_seed(seed)
+    steps, num_envs, n_traj = 12, 4, 6
+    returns = -torch.rand(num_envs, n_traj, generator=gen) * 10
+    lengths = torch.randint(1, steps + 1, (num_envs, n_traj), generator=gen)
+    alive = torch.arange(steps)[:, None, None] < lengths  # [T, M, N]: each trajectory's live steps
+    advantages = routing.shared_advantages(returns, 1)
+    batch = {"alive": alive, "advantages": advantages.expand(steps, -1, -1)}
+    args = ppo_or.Args(norm_adv=norm_adv)
+    index = torch.arange(num_envs)
+    totals = routing.minibatch_totals(batch, index, args)
+    assert totals["count"] == alive.sum()
+    if norm_adv:
+        normalised = (advantages - totals["mean"]) / (totals["std"] + 1e-8)
+        assert (torch.sign(normalised) == torch.sign(advantages)).all()
+        rms = ((batch["advantages"] ** 2 * alive).sum() / alive.sum()).sqrt()
+        assert totals["std"] == pytest.approx(rms.item(), rel=1e-5)
+    critic = routing.minibatch_totals(batch, index, ppo_or.Args(baseline="critic"))  # GAE's: CleanRL's mean and std
+    assert critic["mean"] == pytest.approx(((batch["advantages"] * alive).sum() / alive.sum()).item(), abs=1e-6)
+
+
 def test_start_loss_is_the_gradient_of_the_expected_advantage():
     """At the old policy (ratio 1) the weighted loss of the forced first step has the gradient of
     -(S / live steps) x sum over instances and starts of pi(start) x advantage(start): the exact

@@ -19,9 +19,11 @@ from ppoor.data.datasets import load_data
 from ppoor.envs import ENV_IDS, ENV_VARIANTS, CVRPVectorEnv, VRPVectorEnv
 from ppoor.envs.vrp import (
     CLASSIC,
+    GROUPS,
     VARIANTS,
     check_vrp_instances,
     instance_variants,
+    variant_group,
     variant_instances,
     variant_name,
     vehicle_capacity,
@@ -31,6 +33,7 @@ from ppoor.envs.vrp import (
 from ppoor.models import Agent, load_agent, save_checkpoint
 from ppoor.search import decode
 from ppoor.solvers.references import pyvrp_vrp_tour, solve_reference
+from ppoor.training import routing
 
 
 def one(static, b):
@@ -49,6 +52,38 @@ def test_48_registered_variants():
     env = gym.make_vec("mdovrpmbltw-v0", num_envs=2, vectorization_mode="vector_entry_point", num_nodes=6)
     assert env.unwrapped.num_depots == 3 and env.unwrapped.num_actions == 9
     assert {variant_name(v) for v in VARIANTS.values()} == set(VARIANTS)
+
+
+def test_variant_groups_are_routefinders():
+    groups = [variant_group(name) for name in VARIANTS]
+    assert [groups.count(g) for g in GROUPS] == [16, 8, 24]
+    assert {variant_group(name) for name in CLASSIC} == {"classic"}
+    assert variant_group("mdovrpmbltw") == "multi_depot" and variant_group("vrpmb") == "mixed_backhaul"
+
+
+@given(seed=st.integers(0, 2**16))
+@settings(max_examples=3, deadline=None)
+def test_periodic_evaluation_logs_each_group_of_a_mixed_set(seed):
+    torch.manual_seed(seed)
+    agent = Agent("mtvrp")
+    mixed = vrp_instances(np.random.default_rng(seed), 24, 8, "all")
+    names = instance_variants(mixed)
+    references = np.random.default_rng(seed).uniform(1.0, 3.0, len(names))
+    out = routing.evaluate(agent, mixed, 24, references)
+    present = sorted({variant_group(name) for name in names})
+    assert sorted(k.split("/")[1].removesuffix("_multi_greedy_length") for k in out if "_multi_greedy_length" in k and
+                  k != "eval/multi_greedy_length") == (present if len(present) > 1 else [])  # fmt: skip
+    lengths = decode(agent.eval(), mixed, "multi-greedy").lengths
+    weights = {g: sum(variant_group(n) == g for n in names) for g in present}
+    if len(present) > 1:  # the groups' means recombine to the whole set's
+        whole = sum(out[f"eval/{g}_multi_greedy_length"] * w for g, w in weights.items()) / len(names)
+        assert whole == pytest.approx(out["eval/multi_greedy_length"]) == pytest.approx(lengths.mean())
+        gaps = sum(out[f"eval/{g}_multi_greedy_gap"] * w for g, w in weights.items()) / len(names)
+        assert gaps == pytest.approx(out["eval/multi_greedy_gap"])
+    classic = vrp_instances(np.random.default_rng(seed), 8, 8, "classic")
+    assert not any(
+        k.startswith(("eval/classic", "eval/multi_depot")) for k in routing.evaluate(agent, classic, 8, None)
+    )
 
 
 def without_backhauls(variant: str) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from ppoor.envs import ENV_IDS, ENV_VARIANTS, standard_dataset
 from ppoor.envs.distributions import random_size
+from ppoor.envs.vrp import instance_variants, variant_group
 from ppoor.models import Agent, Cache, CheckpointError, latest_checkpoint, read_checkpoint
 from ppoor.search import augment, decode
 from ppoor.solvers.references import kool_references
@@ -219,7 +220,8 @@ def restore(ckpt: dict, agent: Agent, optimizer, envs, rank: int, device: torch.
 
 def evaluate(agent: Agent, data: dict, batch_size: int, references: np.ndarray | None) -> dict:
     """Mean greedy and multi-greedy tour lengths on ``data`` (the periodic evaluation), and their
-    mean gaps in percent against ``references`` [B] where there are any."""
+    mean gaps in percent against ``references`` [B] where there are any; for a set that mixes the
+    groups of VRP variants (``envs.vrp.GROUPS``), each group's multi-greedy mean too."""
     agent.eval()
     results = {"greedy": decode(agent, data, "greedy", batch_size=batch_size)}
     results["multi_greedy"] = decode(agent, data, "multi-greedy", batch_size=batch_size)
@@ -229,6 +231,14 @@ def evaluate(agent: Agent, data: dict, batch_size: int, references: np.ndarray |
         out[f"eval/{name}_length"] = result.lengths.mean()
         if references is not None:
             out[f"eval/{name}_gap"] = 100 * (result.lengths / references - 1).mean()
+    if "open_route" in data:  # the VRP variants: each group's curve where the set mixes groups
+        groups = np.array([variant_group(name) for name in instance_variants(data)])
+        lengths = results["multi_greedy"].lengths
+        for group in np.unique(groups) if len(np.unique(groups)) > 1 else ():
+            out[f"eval/{group}_multi_greedy_length"] = lengths[groups == group].mean()
+            if references is not None:
+                gaps = lengths[groups == group] / references[groups == group] - 1
+                out[f"eval/{group}_multi_greedy_gap"] = 100 * gaps.mean()
     return out
 
 
@@ -353,13 +363,17 @@ def minibatches(num_envs: int, size: int, device: torch.device) -> list[torch.Te
 def minibatch_totals(batch: dict, index: torch.Tensor, args) -> dict:
     """What the loss of a minibatch's chunks shares: the count of live steps of instances ``index``
     [B] (over every process) and, with --norm-adv, the mean and standard deviation of their
-    advantages, so that chunks accumulate exactly the gradient of the whole minibatch."""
+    advantages over those steps, so that chunks accumulate exactly the gradient of the whole
+    minibatch. With the shared baseline the mean is 0: its advantages are centred per instance
+    already, and their mean over steps is not 0 where trajectories differ in length (VRP's depot
+    returns): subtracting it gave every step of a worse-than-average trajectory a share of a positive
+    advantage, and fine-tuning drifted to ever more routes."""
     alive = batch["alive"][:, index].float()
     count = all_sum(alive.sum()).clamp(min=1)
     totals = {"count": count}
     if args.norm_adv:
         advantages = batch["advantages"][:, index]
-        mean = all_sum((advantages * alive).sum()) / count
+        mean = all_sum((advantages * alive).sum()) / count if args.baseline == "critic" else count.new_zeros(())
         totals["mean"] = mean
         totals["std"] = (all_sum(((advantages - mean) ** 2 * alive).sum()) / count).sqrt()
     return totals
