@@ -174,7 +174,7 @@ def vrp_model(dataset: Dataset, index: int, search: bool = False):
             "benchmark files carry their best-known costs"
         )
     inst = {key: value[index] for key, value in dataset.instances.items()}
-    points = dataset.node_points(index)
+    points = np.concatenate([inst["depots"], inst["coords"]])  # the unit square, as the windows and limits are
     k, n = len(inst["depots"]), len(inst["coords"])
     travel = scaled_distances(points)  # exact distances (a benchmark file's rounding only for a search)
     if inst["open_route"]:

@@ -487,6 +487,38 @@ def test_pyvrp_reference_tours_pass_the_checker(variant):
         assert check_vrp_actions(tour, one(data.instances, b)) == pytest.approx(data.reported_length(b, tour))
 
 
+@settings(max_examples=5, deadline=None)
+@given(n=st.integers(3, 12), seed=st.integers(0, 2**16))
+def test_the_polish_models_a_solomon_file_as_our_checker_does(tmp_path_factory, n, seed):
+    """A Solomon-format file (coordinates and times in the file's units, 0-100): every customer on a
+    route of its own is feasible for our checker and for PyVRP's model that the polish searches (it
+    read the file's coordinates against the unit square's windows once), and its local search's result
+    passes our checker."""
+    from ppoor.search.polish import pyvrp_search, routes_of
+    from ppoor.solvers.references import pyvrp, pyvrp_model
+
+    rng = np.random.default_rng(seed)
+    xy = rng.integers(0, 101, (n + 1, 2))
+    ready = rng.integers(0, 400, n + 1)
+    rows = [f"{i:5d} {x:5d} {y:5d} {0 if i == 0 else rng.integers(1, 20):5d} {0 if i == 0 else ready[i]:5d} "
+            f"{1000 if i == 0 else ready[i] + 200:5d} {0 if i == 0 else 10:5d}" for i, (x, y) in enumerate(xy)]  # fmt: skip
+    path = tmp_path_factory.mktemp("solomon") / "R999.txt"
+    path.write_text("R999\n\nVEHICLE\nNUMBER     CAPACITY\n  25         200\n\nCUSTOMER\n"
+                    "CUST NO.  XCOORD.   YCOORD.    DEMAND   READY TIME  DUE DATE   SERVICE TIME\n\n" + "\n".join(rows) + "\n")  # fmt: skip
+    (data,) = load_data(str(path), "mtvrp", n)
+    instance = {key: value[0] for key, value in data.instances.items()}
+    tour = np.array([a for c in range(1, n + 1) for a in (c, 0)])  # depot 0, customer c, back
+    assert vrp_cost(instance, tour) > 0  # feasible for our checker
+    vrp = pyvrp()
+    model, k = pyvrp_model(data, 0, search=True)
+    model_data = model.data()
+    routes = [vrp.Route(model_data, [vrp.Activity(vrp.ActivityType.CLIENT, c - k) for c in customers], depot)
+              for depot, customers in routes_of(tour, k)]  # fmt: skip
+    assert vrp.Solution(model_data, routes).is_feasible()
+    better = pyvrp_search(data, 0, tour)
+    assert vrp_cost(instance, better) > 0
+
+
 @pytest.mark.skipif(not SOLOMON.exists(), reason=f"{SOLOMON} is absent (not beside this clone)")
 def test_solomon_files_reproduce_every_best_known_cost():
     """All 56 instances read and scaled; each best-known .sol, measured by the benchmark's rule (edges
