@@ -176,7 +176,7 @@ def vrp_model(dataset: Dataset, index: int, search: bool = False):
     inst = {key: value[index] for key, value in dataset.instances.items()}
     points = np.concatenate([inst["depots"], inst["coords"]])  # the unit square, as the windows and limits are
     k, n = len(inst["depots"]), len(inst["coords"])
-    travel = scaled_distances(points)  # exact distances (a benchmark file's rounding only for a search)
+    travel = scaled_distances(points)  # exact distances, rounded up (a file's own rounding only in its re-scoring)
     if inst["open_route"]:
         travel[:, :k] = 0
     zeros = np.zeros(k)
