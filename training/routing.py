@@ -233,8 +233,8 @@ def evaluate(agent: Agent, data: dict, batch_size: int, references: np.ndarray |
             out[f"eval/{name}_gap"] = 100 * (result.lengths / references - 1).mean()
     if "open_route" in data:  # the VRP variants: each group's curve where the set mixes groups
         groups = np.array([variant_group(name) for name in instance_variants(data)])
-        lengths = results["multi_greedy"].lengths
-        for group in np.unique(groups) if len(np.unique(groups)) > 1 else ():
+        present, lengths = np.unique(groups), results["multi_greedy"].lengths
+        for group in present if len(present) > 1 else ():
             out[f"eval/{group}_multi_greedy_length"] = lengths[groups == group].mean()
             if references is not None:
                 gaps = lengths[groups == group] / references[groups == group] - 1
