@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from ppoor.envs import ENV_IDS
 from ppoor.envs.vrp import instance_variants
-from ppoor.models import Agent, Cache, StateWrapper, compile_step
+from ppoor.models import Agent, Cache, StateWrapper, compile_step, load_weights
 from ppoor.models.distributed_norm import fixed_statistics, freeze_statistics, recorded_statistics
 from ppoor.search import allowed_starts, forced_actions
 from ppoor.training import options, parallel, routing
@@ -131,6 +131,12 @@ class Args:
     """beta of the decoder's prior toward near nodes (models.attention_model.distance_bias); None: 3 for TSP, CVRP"""
     encoder: Literal["am", "transformer"] = "am"
     """the encoder's layers: am (Kool et al.'s, batch norm) or transformer (RouteFinder's, RMSNorm and SwiGLU)"""
+    local_view: int = 0
+    """K of a learned score over the K nearest allowed nodes, added to the logits (models.local_view; 0: none);
+    with --init-from a model without one, it starts at zero and the policy is the model's own"""
+    trainable: Literal["all", "local-view"] = "all"
+    """the weights the update trains: all, or only the local view, on a model --init-from gives (the update
+    then decodes the stored steps without the model's backward pass)"""
     amp: bool = False
     """bf16 autocast of the model on a CUDA GPU"""
     compile: bool = False
@@ -259,7 +265,8 @@ def ppo_update(
             optimizer.zero_grad()
             with autocast:
                 cache = agent.encode({key: value[mb_inds] for key, value in static.items()})
-            held = Cache(*(x.detach().requires_grad_() for x in cache))  # the chunks' gradients gather here
+            # the chunks' gradients gather here (none where the encoder is frozen)
+            held = Cache(*(x.detach().requires_grad_(x.requires_grad) for x in cache))
             stats = {}
             for part in torch.arange(len(mb_inds)).to(mb_inds.device).tensor_split(math.ceil(len(mb_inds) / chunk)):
                 with autocast:
@@ -267,8 +274,8 @@ def ppo_update(
                     loss, part_stats = ppo_loss(agent, static, steps, batch, mb_inds[part], args, totals, rows)
                 loss.backward()
                 stats = {key: stats.get(key, 0.0) + value for key, value in part_stats.items()}
-            reached = [(x, h.grad) for x, h in zip(cache, held, strict=True) if h.grad is not None]
-            torch.autograd.backward([x for x, _ in reached], [g for _, g in reached])  # the encoder, once
+            if reached := [(x, h.grad) for x, h in zip(cache, held, strict=True) if h.grad is not None]:
+                torch.autograd.backward([x for x, _ in reached], [g for _, g in reached])  # the encoder, once
             if args.target_kl is not None and taken and stats["approx_kl"] > 2 * args.target_kl:
                 return {**last, "clipfrac": float(np.mean(clipfracs)), "optimizer_steps": taken}
             parallel.average_gradients(agent)
@@ -380,15 +387,19 @@ def main(args: Args, given: set[str] | None = None) -> None:
     wrapper = StateWrapper(problem, device)
     val_data, val_references = routing.validation_set(args) if args.eval_interval and rank == 0 else (None, None)
 
-    agent = Agent(problem, distance_prior=args.distance_prior, encoder=args.encoder).to(device)
+    agent = Agent(problem, distance_prior=args.distance_prior, encoder=args.encoder, local_view=args.local_view)
+    agent = agent.to(device)
     if init:
-        agent.load_state_dict(init["model"])
+        load_weights(agent, init["model"])
     if args.batch_norm == "frozen":  # (a resumed run's statistics are its checkpoint's: restored below)
         freeze_statistics(agent)
     if args.compile:
         compile_step(agent)
     torch.manual_seed(args.seed + rank)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    if args.trainable == "local-view":
+        agent.requires_grad_(False).local_view.requires_grad_(True)
+    trained = [p for p in agent.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trained, lr=args.learning_rate, eps=1e-5)
     next_obs, _ = envs.reset(seed=args.seed + rank)  # seeds the env's generator
     if args.train_augment > 1:
         next_obs = routing.new_episodes(envs, args)

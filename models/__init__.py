@@ -7,6 +7,7 @@ from ppoor.models.checkpoints import (
     export_weights,
     latest_checkpoint,
     load_agent,
+    load_weights,
     read_checkpoint,
     save_checkpoint,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "export_weights",
     "latest_checkpoint",
     "load_agent",
+    "load_weights",
     "read_checkpoint",
     "save_checkpoint",
 ]

@@ -177,6 +177,10 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes(tmp_path, signum):
         (["--env-id", "pdp-v0", "--num-nodes", "7", "--n-traj", "3"], "node 7 would be a delivery without its pickup"),
         (["--env-id", "pdp-v0", "--num-nodes", "8", "--n-traj", "5"], "--n-traj 5 exceeds the 4 start nodes"),
         (["--env-id", "op-v0", "--eval-instances", "2000"], "--eval-instances must be in 1..1000"),
+        (["--local-view", "-1"], "--local-view must be between 0 and 1000, got -1"),
+        (["--trainable", "local-view"], "--trainable local-view trains a local view on trained weights"),
+        (["--trainable", "local-view", "--local-view", "8", "--init-from", "tsp20", "--baseline", "critic"],
+         "--trainable local-view leaves the critic untrained: use --baseline shared"),  # fmt: skip
     ],
 )
 def test_bad_arguments_exit_with_a_message(tmp_path, args, message):
@@ -705,6 +709,33 @@ def test_init_from_starts_a_new_run_from_a_models_weights(tmp_path):
     assert result.returncode != 0 and "--init-from cvrp20 is a CVRP model, not TSP" in result.stderr
     result = train(tmp_path, "--init-from", "tsp20", "--encoder", "transformer", check=False)
     assert result.returncode != 0 and "has am encoder layers, not transformer: give --encoder am" in result.stderr
+
+
+def test_a_local_view_trained_alone_leaves_the_models_weights_and_resumes(tmp_path):
+    """--local-view 8 --trainable local-view on tsp20: the update moves the view's weights and no other
+    (the batch-norm statistics aside); the checkpoint records the view, eval.py decodes with it, --resume
+    continues it, and --init-from it without --local-view is refused in one line."""
+    train(tmp_path, "--num-nodes", "12", *TINY, "--total-timesteps", "200", "--eval-interval", "0",
+          "--checkpoint-interval", "1", "--init-from", "tsp20", "--local-view", "8", "--trainable", "local-view",
+          "--learning-rate", "1e-2")  # fmt: skip
+    from ppoor.models.checkpoints import read_checkpoint, shipped_checkpoint
+
+    first, *_, last = sorted((run_dir(tmp_path) / "ckpt").iterdir(), key=lambda p: int(p.stem))
+    trained, shipped = read_checkpoint(last), read_checkpoint(shipped_checkpoint("tsp20"))
+    assert trained["model_config"]["local_view"] == 8
+    for key, value in trained["model"].items():
+        if key.startswith("local_view."):
+            assert key == "local_view.embed.weight" or value.abs().max() > 0, key  # the zero start moved
+        elif "running" not in key and "num_batches" not in key:
+            assert torch.equal(value, shipped["model"][key]), key
+    agent, _ = load_agent(last)
+    assert agent.local_view.k == 8
+    result = subprocess.run([sys.executable, str(ROOT / "eval.py"), "--checkpoint", str(last), "--num-instances", "4"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    train(tmp_path, "--resume", str(first), "--total-timesteps", "300")
+    result = train(tmp_path, "--init-from", str(last), check=False)
+    assert result.returncode != 0 and "has a local view of 8 neighbours: give --local-view 8" in result.stderr
 
 
 def test_a_transformer_encoder_run_trains_records_its_layers_and_resumes(tmp_path):

@@ -42,6 +42,7 @@ LIMITS = {
     "max_nodes": (2, 100_000),
     "eval_nodes": (2, 100_000),
     "distance_prior": (0.0, 100.0),
+    "local_view": (0, 1_000),
     "minibatch_size": (1, math.inf),
     "update_chunk": (1, math.inf),
     "num_envs": (1, math.inf),
@@ -136,6 +137,10 @@ def check_args(args, starts: int) -> None:
         problems.append(f"--batch-norm frozen: the {args.encoder} encoder has no batch norm")
     elif args.batch_norm == "frozen" and not (args.init_from or args.resume):
         problems.append("--batch-norm frozen keeps trained weights' statistics: give --init-from (or --resume)")
+    if args.trainable == "local-view" and not (args.local_view and (args.init_from or args.resume)):
+        problems.append("--trainable local-view trains a local view on trained weights: give --local-view, --init-from")
+    elif args.trainable == "local-view" and args.baseline != "shared":
+        problems.append("--trainable local-view leaves the critic untrained: use --baseline shared")
     if args.baseline == "shared" and args.n_traj * args.train_augment < 2:
         problems.append("--baseline shared needs at least 2 trajectories per instance (--n-traj x --train-augment)")
     problem = ENV_IDS[args.env_id]
@@ -184,5 +189,9 @@ def resolve_args(args, given: set[str] | None = None) -> tuple:
             f"{sizes.max_episode_steps} steps an episode may take (drop --num-steps or use --baseline critic)"
         )
     fail(problems)
-    init = initial_weights(args.init_from, ENV_IDS[args.env_id], args.encoder) if args.init_from and not ckpt else None
+    init = (
+        initial_weights(args.init_from, ENV_IDS[args.env_id], args.encoder, args.local_view)
+        if args.init_from and not ckpt
+        else None
+    )
     return args, ckpt, sizes, init

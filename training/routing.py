@@ -27,9 +27,9 @@ from ppoor.training.parallel import all_sum, gather
 from ppoor.training.runs import Run, available_memory, memory_problem
 
 
-def initial_weights(source: str, problem: str, encoder: str = "am") -> dict:
+def initial_weights(source: str, problem: str, encoder: str = "am", local_view: int = 0) -> dict:
     """The checkpoint --init-from names, read (weights only) and checked to be a model of ``problem``
-    with ``encoder`` layers."""
+    with ``encoder`` layers, and without a local view unless ``local_view`` (K) asks for one."""
     try:
         init = read_checkpoint(latest_checkpoint(source))
     except CheckpointError as exc:
@@ -38,6 +38,8 @@ def initial_weights(source: str, problem: str, encoder: str = "am") -> dict:
         sys.exit(f"error: --init-from {source} is a {init['problem'].upper()} model, not {problem.upper()}")
     if (kind := init.get("model_config", {}).get("encoder", "am")) != encoder:
         sys.exit(f"error: --init-from {source} has {kind} encoder layers, not {encoder}: give --encoder {kind}")
+    if (k := init.get("model_config", {}).get("local_view", 0)) and not local_view:
+        sys.exit(f"error: --init-from {source} has a local view of {k} neighbours: give --local-view {k}")
     return init
 
 
