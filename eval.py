@@ -190,6 +190,8 @@ def file_model(data: str) -> str:
     """The shipped model for the files ``data`` names (``FILE_MODELS``); ValueError where they are not files of
     one kind."""
     path = Path(data)
+    if not path.exists():
+        raise ValueError(f"--data {data}: no such file or folder (or use test / val)")
     kinds = {path.suffix.lower()} if path.is_file() else set()
     if path.is_dir():
         kinds = {f.suffix.lower() for f in path.iterdir() if f.is_file()} & FILE_MODELS.keys()
