@@ -9,8 +9,8 @@
     python eval.py --checkpoint checkpoints/families/op20.pt --decode multi-greedy --reference-solver ortools --num-instances 200
 
 Checkpoints written by ppo_or.py and the published RLOR state dicts are both accepted (read with
-weights_only=True); the problem and size come from the checkpoint. Without --checkpoint, TSPLIB and
-CVRPLIB files are decoded by the shipped general model of their kind (FILE_MODELS).
+weights_only=True); the problem and size come from the checkpoint. Without --checkpoint, TSPLIB,
+CVRPLIB and Solomon files are decoded by the shipped model of their kind (FILE_MODELS).
 """
 
 import math
@@ -181,9 +181,9 @@ def check_args(args: Args) -> None:
 PLOT_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 
 
-FILE_MODELS = {".tsp": "tsp-general", ".vrp": "cvrp-general"}
+FILE_MODELS = {".tsp": "tsp-general", ".vrp": "cvrp-general", ".txt": "vrptw-solomon"}
 """The shipped model eval.py decodes a file with when no --checkpoint is given, by the file's kind: TSPLIB,
-CVRPLIB (Solomon files need a --checkpoint: no shipped model holds up on them yet)."""
+CVRPLIB, Solomon."""
 
 
 def file_model(data: str) -> str:

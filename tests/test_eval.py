@@ -407,6 +407,6 @@ def test_a_file_too_large_to_decode_in_memory_fails_in_one_line_before_decoding(
     assert "lower --batch-size, --num-starts or --augment" in message
     message = fails("--data", str(tmp_path / "nothing.vrp"))
     assert message == f"error: --data {tmp_path / 'nothing.vrp'}: no such file or folder (or use test / val)"
-    (tmp_path / "points.txt").write_text("1 2\n")
-    message = fails("--data", str(tmp_path / "points.txt"))
+    (tmp_path / "points.csv").write_text("1,2\n")
+    message = fails("--data", str(tmp_path / "points.csv"))
     assert message.startswith("error: --checkpoint is needed for --data") and "\n" not in message

@@ -544,6 +544,10 @@ def test_eval_solomon_table(tmp_path, vrp_checkpoint, capsys):
     out = evaluate(tmp_path, "--checkpoint", str(vrp_checkpoint), "--data", str(SOLOMON), "--num-instances", "2")
     assert out["names"] == ["C101", "C102"] and out["references"] == [827.3, 827.3]
     assert "mean gap per class: C1" in capsys.readouterr().out
+    # without --checkpoint: the shipped Solomon model, at the costs measured when it was shipped
+    out = evaluate(tmp_path, "--data", str(SOLOMON), "--num-instances", "2", "--decode", "multi-greedy",
+                   "--augment", "8", "--polish", "none")  # fmt: skip
+    assert out["checkpoint"].endswith("vrptw-solomon.pt") and out["lengths"] == pytest.approx([827.3, 942.6])
 
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
