@@ -1,11 +1,12 @@
-"""Routes for real instances: the shipped models on TSPLIB and CVRPLIB X files beside classical solvers.
+"""Routes for real instances: the shipped models on TSPLIB, CVRPLIB X and Solomon files beside classical solvers.
 
 For each benchmark folder (TSPLIB's 29 EUC_2D instances of 51-200 nodes against their optima,
-CVRPLIB X's 33 of 101-251 nodes against the best known), every model given (by default the general
-model eval.py uses for files, and the uniform-trained 100-node model before it) is decoded by
-multi-greedy with x8 augmentation, then polished (search.polish, --polish-seconds per 200 nodes).
-Beside them, measured in the same run: PyVRP's iterated local search from scratch on CVRP given the
-seconds per instance the general model's decoding and polish took together (the same seconds), and
+CVRPLIB X's 33 of 101-251 nodes and Solomon's 56 VRPTW instances against the best known), every
+model given (by default the model eval.py uses for files, and for TSP and CVRP the uniform-trained
+100-node model before it) is decoded by multi-greedy with x8 augmentation, then polished
+(search.polish, --polish-seconds per 200 nodes). Beside them, measured in the same run: PyVRP's
+iterated local search from scratch on CVRP and VRPTW given the seconds per instance the first
+model's decoding and polish took together (the same seconds), and
 LKH (elkai, optional; it takes no time limit, its own seconds are printed). Each row prints its mean
 gap, its seconds per instance (a polished row's include its decoding), and its gap's ratio to the
 first model's decoded gap. Last, the published per-instance costs of other neural solvers in
@@ -27,10 +28,14 @@ import torch
 from ppoor.data.datasets import DataError
 from ppoor.search.polish import polish
 from ppoor.search.solver import Model, Solutions
-from ppoor.solvers.references import integer_distances, lkh_tour, pyvrp_tour
+from ppoor.solvers.references import integer_distances, lkh_tour, pyvrp_tour, pyvrp_vrp_tour
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
-FOLDERS = {"tsplib": ("tsp", "optima.csv"), "cvrplib": ("cvrp", "best_known.csv")}
+FOLDERS = {
+    "tsplib": ("tsp", "optima.csv"),
+    "cvrplib": ("cvrp", "best_known.csv"),
+    "solomon": ("mtvrp", "best_known.csv"),
+}
 PUBLISHED = Path(__file__).with_name("published.csv")
 
 
@@ -71,8 +76,10 @@ def solver_row(problem: str, groups, references: np.ndarray, seconds: float) -> 
             for i in range(len(group.names)):
                 if problem == "tsp":
                     tour = lkh_tour(integer_distances(group, i))
-                else:
+                elif problem == "cvrp":
                     tour = pyvrp_tour(group, i, seconds)
+                else:
+                    tour = pyvrp_vrp_tour(group, i, seconds, benchmark=True)
                 lengths.append(group.reported_length(i, tour))
     except ImportError as exc:
         print(f"  ({exc})")
@@ -84,10 +91,11 @@ def solver_row(problem: str, groups, references: np.ndarray, seconds: float) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared", default=str(SHARED), help="the folder holding tsplib/ and cvrplib/")
+    parser.add_argument("--shared", default=str(SHARED), help="the folder holding tsplib/, cvrplib/ and solomon/")
     parser.add_argument("--benchmarks", nargs="+", default=list(FOLDERS), choices=list(FOLDERS))
     parser.add_argument("--tsp-models", nargs="+", default=["tsp-general", "tsp100"])
     parser.add_argument("--cvrp-models", nargs="+", default=["cvrp-general", "cvrp100"])
+    parser.add_argument("--vrptw-models", nargs="+", default=["vrptw-solomon"])
     parser.add_argument("--polish-seconds", type=float, default=1.0, help="the polish's budget per 200 nodes")
     parser.add_argument("--limit", type=int, default=None, help="only the first K files of each folder")
     parser.add_argument("--threads", type=int, default=1)
@@ -104,7 +112,8 @@ def main() -> None:
         rows: list[tuple[str, float, float]] = []
         first: Solutions | None = None
         try:
-            for name in args.tsp_models if problem == "tsp" else args.cvrp_models:
+            models = {"tsp": args.tsp_models, "cvrp": args.cvrp_models, "mtvrp": args.vrptw_models}[problem]
+            for name in models:
                 decoded, polished = model_rows(name, data, references, args.polish_seconds, args.limit)
                 first = first or decoded[1]
                 spent = decoded[1].seconds / len(first.lengths)
@@ -116,7 +125,8 @@ def main() -> None:
         if row := solver_row(problem, first.groups, first.references, general):
             rows.append(row)
         rows += published_rows(bench, first.names, first.references)
-        print(f"\n{bench}: {len(first.lengths)} instances ({problem.upper()}), {os.cpu_count()} cores, "
+        kind = "VRPTW" if bench == "solomon" else problem.upper()
+        print(f"\n{bench}: {len(first.lengths)} instances ({kind}), {os.cpu_count()} cores, "
               f"{args.threads} thread(s); gap to {csv}")  # fmt: skip
         print(f"{'':<52} {'mean gap':>9} {'s / inst.':>10} {'gap / first':>12}")
         for label, gap, seconds in rows:

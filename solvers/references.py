@@ -149,13 +149,15 @@ def depot_actions(solution) -> np.ndarray:
     return np.asarray(tour or [0])
 
 
-def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float) -> np.ndarray:
+def pyvrp_vrp_tour(dataset: Dataset, index: int, seconds: float, benchmark: bool = False) -> np.ndarray:
     """Actions (depots 0..k-1, customers k..) of PyVRP's best solution of a multi-task VRP instance
     within ``seconds``, checked against the instance (``checkers.tours.vrp_cost``): one vehicle type
     per depot, starting and ending there; mixed backhauls are PyVRP's own pickups and deliveries
     (the load checked along the route), classic ones add the forbidden arcs. As the env's actions:
-    from depot 0, a move to each route's depot where it differs, its customers, its return."""
-    model = vrp_model(dataset, index)
+    from depot 0, a move to each route's depot where it differs, its customers, its return.
+    ``benchmark``: a benchmark file's instance is solved too (a solver compared with others, not a
+    reference; see ``vrp_model``)."""
+    model = vrp_model(dataset, index, search=benchmark)
     k = len(dataset.instances["depots"][index])
     tour = vrp_actions(model.solve(stop=max_runtime(seconds), display=False).best, k)
     vrp_cost({key: value[index] for key, value in dataset.instances.items()}, tour)  # raises if not feasible
