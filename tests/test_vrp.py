@@ -493,7 +493,7 @@ def test_the_polish_models_a_solomon_file_as_our_checker_does(tmp_path_factory, 
     """A Solomon-format file (coordinates and times in the file's units, 0-100): every customer on a
     route of its own is feasible for our checker and for PyVRP's model that the polish searches (it
     read the file's coordinates against the unit square's windows once), and its local search's result
-    passes our checker."""
+    passes our checker, as does PyVRP's solution from scratch."""
     from ppoor.search.polish import pyvrp_search, routes_of
     from ppoor.solvers.references import pyvrp, pyvrp_model
 
@@ -517,6 +517,11 @@ def test_the_polish_models_a_solomon_file_as_our_checker_does(tmp_path_factory, 
     assert vrp.Solution(model_data, routes).is_feasible()
     better = pyvrp_search(data, 0, tour)
     assert vrp_cost(instance, better) > 0
+    # PyVRP from scratch on the file (bench/real_instances.py's solver row), never as its reference
+    scratch = pyvrp_vrp_tour(data, 0, 0.05, benchmark=True)
+    assert check_vrp_actions(scratch, instance) == pytest.approx(vrp_cost(instance, scratch))
+    with pytest.raises(ValueError, match="benchmark files carry their best-known costs"):
+        pyvrp_vrp_tour(data, 0, 0.05)
 
 
 @pytest.mark.skipif(not SOLOMON.exists(), reason=f"{SOLOMON} is absent (not beside this clone)")
