@@ -398,3 +398,26 @@ def test_a_model_without_a_local_view_loads_into_one_and_decodes_as_before():
             load_weights(with_view, {**extra, "extra.weight": torch.zeros(1)})
     with pytest.raises(RuntimeError):
         load_weights(Agent("tsp"), with_view.state_dict())
+
+
+@pytest.mark.parametrize(
+    ("folder", "lengths"), [("tsplib", [7554.0, 123834.0, 6287.0]), ("cvrplib", [28634.0, 27257.0, 15589.0])]
+)
+def test_the_models_for_files_reproduce_their_benchmark_figures(tmp_path, folder, lengths):
+    """eval.py without --checkpoint on the first three files of a benchmark folder decodes them with the
+    shipped model for their kind (tsp-general, cvrp-general), multi-greedy x8, to the lengths measured
+    when those weights were shipped (docs/results' tables come from them)."""
+    import json
+
+    from checks import SHARED
+    from ppoor import eval as evaluator
+
+    if not (SHARED / "benchmarks" / folder).is_dir():
+        pytest.skip(f"{SHARED / 'benchmarks' / folder} is absent (not beside this clone)")
+    output = tmp_path / "out.json"
+    args = ["--data", str(SHARED / "benchmarks" / folder), "--num-instances", "3", "--decode", "multi-greedy",
+            "--augment", "8", "--polish", "none", "--threads", "1", "--output", str(output)]  # fmt: skip
+    evaluator.main(evaluator.tyro.cli(evaluator.Args, args=args))
+    out = json.loads(output.read_text())
+    assert Path(out["checkpoint"]).stem == {"tsplib": "tsp-general", "cvrplib": "cvrp-general"}[folder]
+    assert out["lengths"] == pytest.approx(lengths)
