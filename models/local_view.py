@@ -47,15 +47,18 @@ class LocalView(nn.Module):
         k = min(self.k, points.shape[1])
         near, index = distance.masked_fill(~state["action_mask"], float("inf")).topk(k, dim=-1, largest=False)
         valid = torch.isfinite(near)  # [B, N, K], nearest first; fewer than K allowed: the rest invalid
-        near = near.masked_fill(~valid, 0.0)
-        scale = near.amax(-1, keepdim=True).clamp_min(1e-9)  # the farthest allowed neighbour
         b, n = index.shape[:2]
         neighbours = points.gather(1, index.view(b, -1, 1).expand(-1, -1, 2)).view(b, n, k, 2)
-        shift = (neighbours - current_point(state, points)[:, :, None]) / scale[..., None]
+        offset = (neighbours - current_point(state, points)[:, :, None]).float() * valid[..., None]
+        # the features' distances from the exact offsets: cdist's may put a coincident point a rounding
+        # error away, which a scale as small would blow up
+        near = offset.norm(dim=-1)
+        scale = near.amax(-1, keepdim=True).clamp_min(1e-9)  # the farthest allowed neighbour
+        shift = offset / scale[..., None]
         rank = torch.arange(k, device=near.device, dtype=near.dtype).expand_as(near) / k
         depots = points.shape[1] - state["coords"].shape[1]
         extra = torch.stack([rank, (index < depots).to(near.dtype), load_share(state, index, depots)], -1)
-        features = torch.cat([(near / scale)[..., None], shift.to(near.dtype), extra], -1) * valid[..., None]
+        features = torch.cat([(near / scale)[..., None], shift, extra], -1) * valid[..., None]
         # the neighbourhood's shape: the mean of the allowed neighbours' features [B, N, F]
         mean = features.sum(-2) / valid.sum(-1, keepdim=True).clamp_min(1)
         h = torch.relu_(self.embed(torch.cat([features, mean[..., None, :].expand_as(features)], -1)))  # [B, N, K, h]

@@ -8,7 +8,7 @@ import numpy as np
 import ppoor
 import pytest
 from checks import check_cvrp_actions, check_tsp_actions
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from ppoor.envs.distributions import DISTRIBUTIONS, draw
 from ppoor.envs.instances import check_instances
@@ -343,6 +343,7 @@ def local_view_state(problem: str, b: int, n: int, traj: int, rng: np.random.Gen
 @settings(max_examples=25, deadline=None)
 @given(problem=st.sampled_from(["tsp", "cvrp"]), b=st.integers(1, 3), n=st.integers(2, 30), traj=st.integers(1, 4),
        k=st.integers(1, 12), seed=st.integers(0, 2**16))  # fmt: skip
+@example(problem="tsp", b=1, n=26, traj=4, k=1, seed=0)  # the one neighbour the current node: cdist put it 1e-4 away
 def test_the_local_view_scores_the_k_nearest_allowed_nodes_whatever_the_scale(problem, b, n, traj, k, seed):
     """With random weights the local view scores exactly the K nearest allowed actions of each query (found
     here from the coordinates; all allowed ones where fewer), nothing at a TSP tour's first step; its
