@@ -45,8 +45,8 @@ class LocalView(nn.Module):
         if distance is None:
             distance = current_distance(state, points)
         k = min(self.k, points.shape[1])
-        near, index = distance.masked_fill(~state["action_mask"], float("inf")).topk(k, dim=-1, largest=False)
-        valid = torch.isfinite(near)  # [B, N, K], nearest first; fewer than K allowed: the rest invalid
+        chosen, index = distance.masked_fill(~state["action_mask"], float("inf")).topk(k, dim=-1, largest=False)
+        valid = torch.isfinite(chosen)  # [B, N, K], nearest first; fewer than K allowed: the rest invalid
         b, n = index.shape[:2]
         neighbours = points.gather(1, index.view(b, -1, 1).expand(-1, -1, 2)).view(b, n, k, 2)
         offset = (neighbours - current_point(state, points)[:, :, None]).float() * valid[..., None]
