@@ -2,8 +2,8 @@
 priorities (the approach of the Flatland 3 winner, MAPF-LNS, in its plainest complete form).
 
 Every train's path is planned as a sequence of (cell, heading) per simulator step, one train after
-another in a priority order, by A* over (cell, heading, step) with the shortest-path distance map as
-its heuristic. A planned path reserves its cells at its steps; a later train may not:
+another in a priority order, by safe-interval path planning (SIPP: A* over (cell, heading, safe
+interval), ``search``) with the shortest-path distance map as its heuristic. A planned path reserves its cells at its steps; a later train may not:
 - stand on a cell another train holds at that step (two trains wanting one cell);
 - swap cells with another train in one step (a head-on pass);
 while following a train that leaves a cell in the same step is allowed, as the simulator allows it.
@@ -105,6 +105,7 @@ class Reservations:
 
     def __init__(self):
         self.held: dict = {}  # (cell, t) -> handle
+        self.by_cell: dict = {}  # cell -> {t: handle}, the same reservations by cell
         self.parked: dict = {}  # cell -> (handle, from step)
 
     def holder(self, cell: tuple, t: int):
@@ -121,64 +122,114 @@ class Reservations:
         other = self.held.get((to, t))
         return other is not None and other != handle and self.held.get((cell, t + 1)) == other
 
+    def safe_intervals(self, cell: tuple, handle: int) -> list[tuple[int, float]]:
+        """The maximal runs (first, last) of steps at which ``cell`` is free for ``handle``, in order
+        (the last run's end is inf when nobody holds the cell for good)."""
+        park = self.parked.get(cell)
+        end = park[1] - 1 if park is not None and park[0] != handle else INF
+        taken = sorted(t for t, h in self.by_cell.get(cell, {}).items() if h != handle and t <= end)
+        runs, first = [], 0
+        for t in taken:
+            if t > first:
+                runs.append((first, t - 1))
+            first = t + 1
+        if first <= end:
+            runs.append((first, end))
+        return runs
+
+    def holders(self, cells) -> set:
+        """The trains whose paths hold any of ``cells`` at some step (parked trains not included)."""
+        return {h for cell in cells for h in self.by_cell.get(cell, {}).values()}
+
     def add(self, plan: Plan) -> None:
         for k, (cell, _) in enumerate(plan.path):
             self.held[(cell, plan.start + k)] = plan.handle
+            self.by_cell.setdefault(cell, {})[plan.start + k] = plan.handle
 
     def remove(self, plan: Plan) -> None:
         for k, (cell, _) in enumerate(plan.path):
             if self.held.get((cell, plan.start + k)) == plan.handle:
                 del self.held[(cell, plan.start + k)]
+                del self.by_cell[cell][plan.start + k]
 
 
 def search(track: Track, book: Reservations, handle: int, t0: int, at, limit: int) -> Plan | None:
-    """A* over (cell, heading, step) for train ``handle`` from step ``t0``: ``at`` its (cell, heading)
-    on the map at t0, or None when it is off the map (it enters at the earliest at max(t0 + 1, its
-    earliest step)). Returns the path that arrives soonest within the step limit without breaking a
-    reservation, or None when there is none (or ``limit`` nodes were expanded first)."""
+    """Safe-interval path planning (SIPP) for train ``handle`` from step ``t0``: ``at`` its (cell,
+    heading) on the map at t0, or None when it is off the map (it enters at the earliest at max(t0 + 1,
+    its earliest step)). Returns a path that arrives soonest within the step limit without breaking a
+    reservation, or None when there is none (or ``limit`` states were expanded first).
+
+    A* over (cell, heading, safe interval of the cell) instead of over every step: each state is
+    reached at its earliest step, waiting inside a safe interval is free, so a move leaves at the
+    first step from which it enters a safe interval of the next cell and swaps with nobody. Its
+    arrival step equals that of A* over every (cell, heading, step) (the tests compare the two)."""
     target, horizon = track.targets[handle], track.max_steps
     dist, row = track.flat_distances(handle), 4 * track.env.width  # Python floats: the inner loop reads them
-    free, swap = book.free, book.swap
-    start_cell, start_heading = track.starts[handle]
-    enter_from = max(t0 + 1, track.earliest[handle])
+    held = book.held
+    intervals: dict = {}  # cell -> its safe intervals for this train
+
+    def safe(cell):
+        runs = intervals.get(cell)
+        if runs is None:
+            runs = intervals[cell] = book.safe_intervals(cell, handle)
+        return runs
+
     tie = itertools.count()
-    parents: dict = {}
+    reached: dict = {}  # (cell, heading, interval's first step) -> (step reached, parent state, step it left it)
     frontier: list = []
 
-    def push(node, parent, h):
-        if node not in parents and node[2] + h <= horizon:
-            parents[node] = parent
-            heapq.heappush(frontier, (node[2] + h, -node[2], next(tie), node))
+    def push(state, t, h, parent, left):
+        if t + h <= horizon and t < reached.get(state, (INF,))[0]:
+            reached[state] = (t, parent, left)
+            heapq.heappush(frontier, (t + h, -t, next(tie), state, t))
 
-    start_h = dist[start_cell[0] * row + start_cell[1] * 4 + start_heading]
     if at is None:
-        push((None, None, t0), None, 1 + start_h)
+        (cell, heading), enter_from = track.starts[handle], max(t0 + 1, track.earliest[handle])
+        h = dist[cell[0] * row + cell[1] * 4 + heading]
+        for first, last in safe(cell):  # it may wait off the map for any interval of its start cell
+            if last >= enter_from:
+                push((cell, heading, first), max(first, enter_from), h, None, None)
     else:
-        push((at[0], at[1], t0), None, dist[at[0][0] * row + at[0][1] * 4 + at[1]])
+        (cell, heading), h = at, dist[at[0][0] * row + at[0][1] * 4 + at[1]]
+        first = next((a for a, b in safe(cell) if a <= t0 <= b), t0)  # t0 itself taken: it may only move on
+        push((cell, heading, first), t0, h, None, None)
     expanded = 0
     while frontier and expanded < limit:
-        _, _, _, node = heapq.heappop(frontier)
-        cell, heading, t = node
+        _, _, _, state, t = heapq.heappop(frontier)
+        if t > reached[state][0]:
+            continue  # reached sooner since it was pushed
         expanded += 1
+        cell, heading, first = state
         if cell == target:
-            path = []
-            while node is not None and node[0] is not None:
-                path.append((node[0], node[1]))
-                node = parents[node]
-            path.reverse()
-            return Plan(handle, t - len(path) + 1, path, at is None)
-        if cell is None:  # off the map: wait there, or enter on the start cell
-            push((None, None, t + 1), node, 1 + start_h)
-            if t + 1 >= enter_from and free(start_cell, t + 1, handle):
-                push((start_cell, start_heading, t + 1), node, start_h)
-            continue
-        if free(cell, t + 1, handle):  # wait on the track
-            push((cell, heading, t + 1), node, dist[cell[0] * row + cell[1] * 4 + heading])
+            return unroll(handle, state, reached, at is None)
+        last = next((b for a, b in safe(cell) if a == first), t)  # it may wait here up to step ``last``
         for to, way in track.moves(cell, heading):
             h = dist[to[0] * row + to[1] * 4 + way]
-            if h != INF and free(to, t + 1, handle) and not swap(cell, to, t, handle):
-                push((to, way, t + 1), node, h)
+            if h == INF:
+                continue
+            for start, end in safe(to):
+                if start > last + 1 or max(t + 1, start) + h > horizon:
+                    break
+                leave = max(t, start - 1)
+                while leave <= min(last, end - 1):  # the first step to leave on that swaps with nobody
+                    other = held.get((to, leave))
+                    if other is None or other == handle or held.get((cell, leave + 1)) != other:
+                        push((to, way, start), leave + 1, h, state, leave)
+                        break
+                    leave += 1
     return None
+
+
+def unroll(handle: int, goal: tuple, reached: dict, enters: bool) -> Plan:
+    """The per-step path of the search states that lead to ``goal``: each state's (cell, heading) from
+    the step it was reached to the step it was left."""
+    path, state, until = [], goal, None
+    while state is not None:
+        t, parent, left = reached[state]
+        path += [(state[0], state[1])] * ((t if until is None else until) - t + 1)
+        state, until = parent, left
+    path.reverse()
+    return Plan(handle, t, path, enters)
 
 
 def free_path_cells(track: Track, handle: int, at) -> set:
@@ -198,7 +249,7 @@ class Planner:
     """Plans and repairs the paths of every train of one map (``Track``) from some step on.
 
     ``plans``: handle -> Plan of the trains with a path; ``failed``: the trains still to run that have
-    none. ``limit``: the A* expansions allowed per train and search."""
+    none. ``limit``: the search states expanded per train and search at most."""
 
     def __init__(self, track: Track, rng: np.random.Generator, limit: int = 20_000):
         self.track, self.rng, self.limit = track, rng, limit
@@ -252,7 +303,7 @@ class Planner:
         while self.failed and time.perf_counter() < deadline:
             handle = self.failed[int(self.rng.integers(len(self.failed)))]
             cells = free_path_cells(self.track, handle, at.get(handle))
-            holders = {h for (cell, _), h in self.book.held.items() if cell in cells and h in self.plans}
+            holders = {h for h in self.book.holders(cells) if h in self.plans}
             holders -= {h for h in holders if self.plans[h].start < t0 or h in at and not self.plans[h].enters}
             holders = sorted(holders)
             chosen = [holders[i] for i in self.rng.permutation(len(holders))[:size]]

@@ -272,3 +272,28 @@ def place(env, trains):
     for handle, (cell, heading) in trains.items():
         env.agents[handle].current_configuration = (cell, heading)
         env.agents[handle].state_machine.set_state(TrainState.MOVING)
+
+
+def earliest_arrival(track, book, handle: int, t0: int, at) -> int | None:
+    """The earliest step train ``handle`` can reach its target within the step limit, by breadth-first
+    search over every step (the plain time-expanded graph): from ``at`` = (cell, heading) at step t0, or
+    off the map (entering its start cell at max(t0 + 1, its earliest step) or later); a state is kept
+    only if ``book`` leaves its cell free at that step and a move swaps with nobody. None: unreachable."""
+    target, limit = track.targets[handle], track.max_steps
+    start, enter_from = track.starts[handle], max(t0 + 1, track.earliest[handle])
+    layer = {at} if at is not None else set()
+    for t in range(t0, limit + 1):
+        if any(cell == target for cell, _ in layer):
+            return t
+        nxt = set()
+        for cell, heading in layer:
+            if book.free(cell, t + 1, handle):
+                nxt.add((cell, heading))
+            for way in ways(track.env, cell, heading):
+                to = (cell[0] + STEPS[way][0], cell[1] + STEPS[way][1])
+                if book.free(to, t + 1, handle) and not book.swap(cell, to, t, handle):
+                    nxt.add((to, way))
+        if at is None and t + 1 >= enter_from and book.free(start[0], t + 1, handle):
+            nxt.add(start)
+        layer = nxt
+    return None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from checks import place, straight_chain
+from checks import earliest_arrival, place, straight_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,7 +89,7 @@ def test_the_conflict_model_is_the_simulators():
 @pytest.mark.parametrize("seed", [0, 5, 11])
 def test_a_train_alone_enters_and_arrives_at_the_steps_the_track_says(seed):
     """Each train alone on its map: moving from step 1 it is on its start cell first at ``earliest``;
-    driven by its plan (A* with nothing reserved) it leaves the map (arrived) at ``alone_arrival``,
+    driven by its plan (the search with nothing reserved) it leaves the map (arrived) at ``alone_arrival``,
     which the oracle counts against the step limit."""
     track = Track(rail_env(25, 25, 5, seed=seed))
     for handle in range(track.trains):
@@ -297,3 +297,58 @@ def test_the_shipped_priority_policies_load_by_name_and_order_every_train():
         with torch.no_grad():
             order, _, _ = policy(torch.as_tensor(train_features(track))[None], greedy=True)
         assert sorted(order[0].tolist()) == list(range(5))
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    size=st.sampled_from([(25, 25, 5), (30, 30, 8), (35, 35, 10)]),
+    seed=st.integers(0, 10_000),
+    parked=st.integers(0, 3),
+    data=st.data(),
+)
+def test_sipp_arrives_when_the_search_over_every_step_does(size, seed, parked, data):
+    """Around the plans of the other trains (and a few of them parked), the safe-interval search finds
+    the earliest arrival that breadth-first search over every (cell, heading, step) finds, from off the
+    map or from a cell on the way, at any step; its path breaks no reservation and moves on the rails."""
+    track = Track(rail_env(*size, seed))
+    rng = np.random.default_rng(seed)
+    order = [int(h) for h in rng.permutation(track.trains)]
+    planner = Planner(track, rng)
+    planner.plan(order[1:], 0, {})
+    for handle in list(planner.plans)[:parked]:  # parked: holds its start cell from some step on, for good
+        planner.book.parked[track.starts[handle][0]] = (handle, int(rng.integers(1, track.max_steps)))
+    handle, book = order[0], planner.book
+    t0 = data.draw(st.integers(0, track.max_steps // 2), label="t0")
+    at = None
+    if data.draw(st.booleans(), label="on the map"):
+        alone = search(track, Reservations(), handle, 0, None, limit=10**6)
+        if alone is not None:
+            at = alone.path[data.draw(st.integers(0, len(alone.path) - 1), label="where")]
+    plan = search(track, book, handle, t0, at, limit=10**7)
+    expected = earliest_arrival(track, book, handle, t0, at)
+    assert (plan.arrival if plan else None) == expected
+    if plan is None:
+        return
+    assert plan.path[0] == (at if at else track.starts[handle]) and plan.path[-1][0] == track.targets[handle]
+    assert plan.start == t0 if at else plan.start >= max(t0 + 1, track.earliest[handle])
+    for k, ((cell, heading), (to, way)) in enumerate(zip(plan.path[:-1], plan.path[1:], strict=True)):
+        t = plan.start + k
+        assert (to, way) == (cell, heading) or (to, way) in track.moves(cell, heading)
+        assert book.free(to, t + 1, handle) and not book.swap(cell, to, t, handle)
+    assert at is not None or book.free(plan.path[0][0], plan.start, handle)
+
+
+def test_sipp_waits_off_the_map_for_a_later_interval_of_the_start_cell():
+    """The start cell free at first but blocked ahead until after a train takes the start cell too:
+    entering at once is a dead end, so the train waits off the map and enters after that train."""
+    track = Track(rail_env(25, 25, 5, seed=0))
+    handle = next(h for h in range(track.trains) if np.isfinite(track.alone_arrival(h)))
+    alone = search(track, Reservations(), handle, 0, None, limit=10**6)
+    (first, _), (second, _) = alone.path[:2]
+    e, other = alone.start, track.trains  # a handle no train has
+    book = Reservations()
+    book.add(Plan(other, e, [(second, 0)] * 11, False))  # the next cell held from e to e + 10
+    book.add(Plan(other, e + 5, [(first, 0)], False))  # the start cell held at e + 5
+    plan = search(track, book, handle, 0, None, limit=10**6)
+    assert plan is not None and plan.start >= e + 6
+    assert plan.arrival == earliest_arrival(track, book, handle, 0, None) == alone.arrival + 10
