@@ -3,7 +3,8 @@ priorities (the approach of the Flatland 3 winner, MAPF-LNS, in its plainest com
 
 Every train's path is planned as a sequence of (cell, heading) per simulator step, one train after
 another in a priority order, by safe-interval path planning (SIPP: A* over (cell, heading, safe
-interval), ``search``) with the shortest-path distance map as its heuristic. A planned path reserves its cells at its steps; a later train may not:
+interval), ``search``) with the shortest-path distance map as its heuristic. A planned path reserves
+its cells at its steps; a later train may not:
 - stand on a cell another train holds at that step (two trains wanting one cell);
 - swap cells with another train in one step (a head-on pass);
 while following a train that leaves a cell in the same step is allowed, as the simulator allows it.
