@@ -105,23 +105,22 @@ class Reservations:
     no path: they hold their cell from a step on, for good)."""
 
     def __init__(self):
-        self.held: dict = {}  # (cell, t) -> handle
-        self.by_cell: dict = {}  # cell -> {t: handle}, the same reservations by cell
+        self.by_cell: dict = {}  # cell -> {t: handle}: the planned paths' reservations
         self.parked: dict = {}  # cell -> (handle, from step)
 
     def holder(self, cell: tuple, t: int):
         park = self.parked.get(cell)
         if park is not None and t >= park[1]:
             return park[0]
-        return self.held.get((cell, t))
+        return self.by_cell.get(cell, {}).get(t)
 
     def free(self, cell: tuple, t: int, handle: int) -> bool:
         return self.holder(cell, t) in (None, handle)
 
     def swap(self, cell: tuple, to: tuple, t: int, handle: int) -> bool:
         """Another train moves from ``to`` into ``cell`` between steps t and t + 1."""
-        other = self.held.get((to, t))
-        return other is not None and other != handle and self.held.get((cell, t + 1)) == other
+        other = self.by_cell.get(to, {}).get(t)
+        return other is not None and other != handle and self.by_cell.get(cell, {}).get(t + 1) == other
 
     def safe_intervals(self, cell: tuple, handle: int) -> list[tuple[int, float]]:
         """The maximal runs (first, last) of steps at which ``cell`` is free for ``handle``, in order
@@ -144,13 +143,11 @@ class Reservations:
 
     def add(self, plan: Plan) -> None:
         for k, (cell, _) in enumerate(plan.path):
-            self.held[(cell, plan.start + k)] = plan.handle
             self.by_cell.setdefault(cell, {})[plan.start + k] = plan.handle
 
     def remove(self, plan: Plan) -> None:
         for k, (cell, _) in enumerate(plan.path):
-            if self.held.get((cell, plan.start + k)) == plan.handle:
-                del self.held[(cell, plan.start + k)]
+            if self.by_cell[cell].get(plan.start + k) == plan.handle:
                 del self.by_cell[cell][plan.start + k]
 
 
@@ -166,7 +163,6 @@ def search(track: Track, book: Reservations, handle: int, t0: int, at, limit: in
     arrival step equals that of A* over every (cell, heading, step) (the tests compare the two)."""
     target, horizon = track.targets[handle], track.max_steps
     dist, row = track.flat_distances(handle), 4 * track.env.width  # Python floats: the inner loop reads them
-    held = book.held
     intervals: dict = {}  # cell -> its safe intervals for this train
 
     def safe(cell):
@@ -176,7 +172,7 @@ def search(track: Track, book: Reservations, handle: int, t0: int, at, limit: in
         return runs
 
     tie = itertools.count()
-    reached: dict = {}  # (cell, heading, interval's first step) -> (step reached, parent state, step it left it)
+    reached: dict = {}  # (cell, heading, safe interval's first, last step) -> (step reached, parent state, step left)
     frontier: list = []
 
     def push(state, t, h, parent, left):
@@ -189,21 +185,22 @@ def search(track: Track, book: Reservations, handle: int, t0: int, at, limit: in
         h = dist[cell[0] * row + cell[1] * 4 + heading]
         for first, last in safe(cell):  # it may wait off the map for any interval of its start cell
             if last >= enter_from:
-                push((cell, heading, first), max(first, enter_from), h, None, None)
+                push((cell, heading, first, last), max(first, enter_from), h, None, None)
     else:
         (cell, heading), h = at, dist[at[0][0] * row + at[0][1] * 4 + at[1]]
-        first = next((a for a, b in safe(cell) if a <= t0 <= b), t0)  # t0 itself taken: it may only move on
-        push((cell, heading, first), t0, h, None, None)
+        # t0 itself may be taken (a replan after the simulator departed from the plan): then it may wait
+        # on only into a run of free steps from t0 + 1, or move on
+        first, last = next(((a, b) for a, b in safe(cell) if a <= t0 + 1 and t0 <= b), (t0, t0))
+        push((cell, heading, first, last), t0, h, None, None)
     expanded = 0
     while frontier and expanded < limit:
         _, _, _, state, t = heapq.heappop(frontier)
         if t > reached[state][0]:
             continue  # reached sooner since it was pushed
         expanded += 1
-        cell, heading, first = state
+        cell, heading, _, last = state  # it may wait here up to step ``last``
         if cell == target:
             return unroll(handle, state, reached, at is None)
-        last = next((b for a, b in safe(cell) if a == first), t)  # it may wait here up to step ``last``
         for to, way in track.moves(cell, heading):
             h = dist[to[0] * row + to[1] * 4 + way]
             if h == INF:
@@ -213,9 +210,8 @@ def search(track: Track, book: Reservations, handle: int, t0: int, at, limit: in
                     break
                 leave = max(t, start - 1)
                 while leave <= min(last, end - 1):  # the first step to leave on that swaps with nobody
-                    other = held.get((to, leave))
-                    if other is None or other == handle or held.get((cell, leave + 1)) != other:
-                        push((to, way, start), leave + 1, h, state, leave)
+                    if not book.swap(cell, to, leave, handle):
+                        push((to, way, start, end), leave + 1, h, state, leave)
                         break
                     leave += 1
     return None

@@ -338,6 +338,23 @@ def test_sipp_arrives_when_the_search_over_every_step_does(size, seed, parked, d
     assert at is not None or book.free(plan.path[0][0], plan.start, handle)
 
 
+def test_sipp_replans_from_a_cell_another_plan_holds_at_that_step():
+    """Found by the test above (seed 0 at 25x25, t0 2, on its start cell): after the simulator departed
+    from the plan, a train stands at step t0 on a cell another train's plan holds at t0 and frees at
+    t0 + 1. It may wait there from t0 + 1 on, as the search over every step does, not only move on."""
+    track = Track(rail_env(25, 25, 5, seed=0))
+    rng = np.random.default_rng(0)
+    order = [int(h) for h in rng.permutation(track.trains)]
+    planner = Planner(track, rng)
+    planner.plan(order[1:], 0, {})
+    handle, book, t0 = order[0], planner.book, 2
+    at = search(track, Reservations(), handle, 0, None, limit=10**6).path[0]
+    assert not book.free(at[0], t0, handle) and book.free(at[0], t0 + 1, handle)  # the case in question
+    plan = search(track, book, handle, t0, at, limit=10**7)
+    assert plan is not None and plan.arrival == earliest_arrival(track, book, handle, t0, at)
+    assert plan.path[1] == at  # it waits where it stands
+
+
 def test_sipp_waits_off_the_map_for_a_later_interval_of_the_start_cell():
     """The start cell free at first but blocked ahead until after a train takes the start cell too:
     entering at once is a dead end, so the train waits off the map and enters after that train."""
