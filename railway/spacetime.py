@@ -383,10 +383,11 @@ def play_planner(
 ) -> dict:
     """One episode of the RailEnv ``env`` (just reset) run by the planner: plans with ``ordering`` (by
     default random restarts, the best fixed order on the test maps) and the repair within ``seconds``
-    (``initial``: a callable (track, seconds, rng) -> Planner that plans instead, such as a learned order's, ``railway.priorities.learned_plans``), then steps the simulator along the plans, replanning the trains it
-    moved otherwise (``disturb``: an optional callable (step, actions) -> actions that overrides some,
-    as a malfunction would) and retrying the trains without a path whenever a train arrives (one on
-    the map with no path holds its cell meanwhile). Returns
+    (``initial``: a callable (track, seconds, rng) -> Planner that plans instead, such as a learned
+    order's, ``railway.priorities.learned_plans``), then steps the simulator along the plans,
+    replanning the trains it moved otherwise (``disturb``: an optional callable (step, actions) ->
+    actions that overrides some, as a malfunction would) and retrying the trains without a path
+    whenever a train arrives (one on the map with no path holds its cell meanwhile). Returns
     arrival_rate, deadlock_rate (0: planned trains never block each other for good), score (Flatland's
     normalized score), planning_seconds (the episode's planning: initial, repair and replanning),
     replans (trains replanned after leaving their plan), planned (trains with a path at step 0),
