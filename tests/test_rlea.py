@@ -605,9 +605,11 @@ def test_a_folder_of_ones_own_is_evaluated_whole_unless_split_is_given(tmp_path)
 
 
 @pytest.mark.skipif(not HAS_LOCAL_MODEL, reason="the local model (the rlea extra) is not installed")
-def test_a_real_run_with_the_local_model_trains_checkpoints_and_resumes(tmp_path):
-    """rlea.py with SmolLM2-135M on one problem: two short episodes, a checkpoint, a resume, and
-    eval_rlea.py with the trained planner; the curves and the JSON are written."""
+def test_a_real_run_with_the_local_model_trains_and_its_planner_evaluates(tmp_path):
+    """rlea.py with SmolLM2-135M on one problem: one short episode writes its checkpoint, memory and
+    curves, and eval_rlea.py runs the trained planner beside the standard agent; the JSON is written.
+    (Resuming, and the settings a resume may not change, are the endpoint run's test below: the same
+    code whichever model writes the programs.)"""
     folder = tmp_path / "problems"
     folder.mkdir()
     (folder / "vrp-c.json").write_text(json.dumps(PROBLEMS["vrp-c"]))
@@ -616,10 +618,8 @@ def test_a_real_run_with_the_local_model_trains_checkpoints_and_resumes(tmp_path
     assert first.returncode == 0, first.stderr[-2000:]
     run_dir = first.stdout.split("run: ", 1)[1].split(" (", 1)[0]
     assert "episode=1/1 problem=vrp-c" in first.stdout
-    resumed = script("rlea.py", "--resume", run_dir, "--episodes", "2")
-    assert resumed.returncode == 0 and "resuming" in resumed.stdout and "episode=2/2" in resumed.stdout, resumed.stderr[-2000:]
-    assert os.path.exists(os.path.join(run_dir, "memory.json"))
-    assert any(f.startswith("events.out.tfevents") for f in os.listdir(run_dir))
+    files = set(os.listdir(ROOT / run_dir))
+    assert {"rlea.pt", "planner.pt", "memory.json"} <= files and any(f.startswith("events.out.tfevents") for f in files)
     out = tmp_path / "eval.json"
     evaluated = script("eval_rlea.py", *common, "--planner", run_dir, "--methods", "standard", "rlea",
                        "--output", str(out))
@@ -627,13 +627,7 @@ def test_a_real_run_with_the_local_model_trains_checkpoints_and_resumes(tmp_path
     report = json.loads(out.read_text())
     assert set(report["totals"]) == {"standard", "rlea"} and report["per_problem"]["rlea"][0]["problem"] == "vrp-c"
     assert "| rlea | 1 |" in evaluated.stdout
-    changed = script("rlea.py", "--resume", run_dir, "--episodes", "3", "--t-max", "2")
-    assert changed.returncode != 0 and "--t-max cannot change when resuming" in changed.stderr
-    finished = script("rlea.py", "--resume", run_dir, "--episodes", "2")
-    assert finished.returncode != 0 and "already finished" in finished.stderr
-    import shutil
-
-    shutil.rmtree(run_dir)
+    shutil.rmtree(ROOT / run_dir)
 
 
 @contextlib.contextmanager

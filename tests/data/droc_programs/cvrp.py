@@ -21,7 +21,7 @@ def solve(instance):
     params = pywrapcp.DefaultRoutingSearchParameters()
     params.first_solution_strategy = routing_enums_pb2.FirstSolutionStrategy.PATH_CHEAPEST_ARC
     params.local_search_metaheuristic = routing_enums_pb2.LocalSearchMetaheuristic.GUIDED_LOCAL_SEARCH
-    params.time_limit.FromMilliseconds(500)
+    params.time_limit.FromMilliseconds(200)
     solution = routing.SolveWithParameters(params)
     routes, total = [], 0
     for v in range(k):

@@ -29,7 +29,7 @@ def solve(instance):
         params = pywrapcp.DefaultRoutingSearchParameters()  # the first strategy that finds a solution
         params.first_solution_strategy = getattr(routing_enums_pb2.FirstSolutionStrategy, first)
         params.local_search_metaheuristic = routing_enums_pb2.LocalSearchMetaheuristic.GUIDED_LOCAL_SEARCH
-        params.time_limit.FromMilliseconds(500)
+        params.time_limit.FromMilliseconds(200)
         if (solution := routing.SolveWithParameters(params)) is not None:
             break
     routes = []
