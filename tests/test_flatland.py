@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from in_process import run_script
 
 pytest.importorskip("flatland", reason="flatland-rl is an optional extra: pip install -e '.[flatland]'")
 
@@ -213,7 +214,7 @@ def test_a_curriculum_starts_from_a_smaller_maps_policy(tmp_path):
     ],
 )
 def test_bad_arguments_fail_in_one_line(tmp_path, script, args, message):
-    result = run(script, *args, cwd=tmp_path, timeout=120)
+    result = run_script(ROOT / script, *args, cwd=tmp_path)
     assert result.returncode != 0 and message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "runs").exists()

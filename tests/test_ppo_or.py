@@ -15,6 +15,7 @@ import torch
 from checks import SHARED
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from in_process import run_script
 from ppoor.envs import ENV_IDS, kool_dataset, standard_dataset
 from ppoor.envs.vrp import VARIANTS
 from ppoor.models import Agent, compiler_problem, load_agent, read_checkpoint
@@ -184,7 +185,7 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes(tmp_path, signum):
     ],
 )
 def test_bad_arguments_exit_with_a_message(tmp_path, args, message):
-    result = train(tmp_path, *args, check=False)
+    result = run_script(ROOT / "ppo_or.py", *args, cwd=tmp_path)
     assert result.returncode != 0
     assert message in result.stderr
     assert not (tmp_path / "runs").exists()

@@ -18,6 +18,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from in_process import run_script
 from ppoor.checkers.programs import check_answer
 from ppoor.codegen.benchmark import (
     FAMILIES,
@@ -563,7 +564,7 @@ def script(*args, timeout=600):
     ],
 )
 def test_bad_arguments_fail_with_one_line(args, message):
-    out = script(*args, timeout=120)
+    out = run_script(ROOT / args[0], *args[1:], cwd=ROOT)
     assert out.returncode != 0 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
