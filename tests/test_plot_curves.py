@@ -108,3 +108,27 @@ def test_a_priority_run_beside_the_fixed_orders(tmp_path):
     assert "up to 7.0 minutes" in result.stdout and out.stat().st_size > 10_000  # 20 x (20 + 1) s
     result = plot(tmp_path, run, fake_run(tmp_path), "--out", tmp_path / "x.png")
     assert result.returncode != 0 and "plot them apart" in result.stderr
+
+
+def test_a_multi_task_run_shows_its_validation_per_group_of_variants(tmp_path):
+    """A ppo_or.py run on the 48 variants logs its validation length per group (classic, mixed backhaul,
+    multi-depot) and no gaps: the last panel draws the three; an ordinary ppo_or.py run is plotted apart."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = tmp_path / "runs" / "mtvrp48-v0__all__1__1"
+    writer = SummaryWriter(str(run))
+    for step in range(1, 21):
+        for tag, value in (("charts/rollout_seconds", 1.0), ("charts/update_seconds", 2.0), ("charts/tour_length", 12.0),
+                           ("losses/approx_kl", 0.01), ("losses/clipfrac", 0.05), ("losses/entropy", 0.3)):  # fmt: skip
+            writer.add_scalar(tag, value, step)
+        if step % 10 == 0:
+            for group, value in (("classic", 11.9), ("mixed_backhaul", 12.7), ("multi_depot", 10.1)):
+                writer.add_scalar(f"eval/{group}_multi_greedy_length", value - step / 100, step)
+            writer.add_scalar("eval/multi_greedy_length", 11.1, step)
+    writer.close()
+    out = tmp_path / "groups.png"
+    result = plot(tmp_path, run, "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert "up to 1.0 minutes, 3 validation curves" in result.stdout and out.stat().st_size > 10_000
+    result = plot(tmp_path, run, fake_run(tmp_path), "--out", tmp_path / "x.png")
+    assert result.returncode != 0 and "plot them apart" in result.stderr
