@@ -5,13 +5,13 @@ the test gap at the marks of a bench/time_to_quality.py or bench/vs_rl4co.py res
 greedy solid, multi-greedy dashed, multi-greedy x8 dotted; vs_rl4co.py's peer beside ppo-or), else the
 run's own validation gaps (``eval/greedy_gap``, ``eval/multi_greedy_gap``, where it logged them), else
 the KL an update reached; a multi-task run (``mtvrp48-v0``) shows its validation length per group of
-variants (classic solid, mixed backhaul dashed, multi-depot dotted). ppo_flatland.py: the training maps' arrival rate, the same three losses and
-the learning rate, and the validation maps' arrival (solid) and deadlock (dashed) rates (minutes: the
-wall clock between iterations, validation included, a pause of over 10 minutes, as between a stop and
-its --resume, counted as one median iteration). ppo_flatland.py --learn priorities: the sampled
-orders' planned arrival and reward, the three losses, and the validation maps' planned arrival of the
-learned order (solid) beside the longest-first (dashed) and closest-first (dotted) orders (minutes:
-rollout + update seconds).
+variants (classic solid, mixed backhaul dashed, multi-depot dotted). ppo_flatland.py: the training
+maps' arrival rate, the same three losses and the learning rate, and the validation maps' arrival
+(solid) and deadlock (dashed) rates (minutes: the wall clock between iterations, validation included, a
+pause of over 10 minutes, as between a stop and its --resume, counted as one median iteration).
+ppo_flatland.py --learn priorities: the sampled orders' planned arrival and reward, the three losses,
+and the validation maps' planned arrival of the learned order (solid) beside the longest-first
+(dashed) and closest-first (dotted) orders (minutes: rollout + update seconds).
 
     python bench/plot_curves.py bench-runs/vs-rl4co-tsp50/runs/RUN --marks bench-runs/vs-rl4co-tsp50/results.json --out x.png
     python bench/plot_curves.py bench-runs/s38/runs/* --marks bench-runs/s38/time_to_quality_*.json --out cmp.png
