@@ -28,6 +28,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from ppoor.envs.vrp import GROUPS  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
 PANELS = (
@@ -63,7 +64,7 @@ def label_of(run: Path) -> str:
 VALIDATION = ("eval/greedy_gap", "eval/multi_greedy_gap")
 RAIL_VALIDATION = ("eval/arrival_rate", "eval/deadlock_rate")
 PRIORITY_VALIDATION = ("eval/arrival_rate", "eval/longest_first_arrival_rate", "eval/closest_first_arrival_rate")
-GROUP_VALIDATION = tuple(f"eval/{group}_multi_greedy_length" for group in ("classic", "mixed_backhaul", "multi_depot"))
+GROUP_VALIDATION = tuple(f"eval/{group}_multi_greedy_length" for group in GROUPS)  # as training.routing logs them
 CURVES = {
     "ppo_or": (PANELS, VALIDATION, "validation gap %: greedy solid, multi-greedy dashed"),
     "multi_task": (PANELS, GROUP_VALIDATION, "validation length: classic -, mixed backhaul --, depots :"),

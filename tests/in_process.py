@@ -25,7 +25,8 @@ def run_script(script: Path, *args: str, cwd: Path) -> subprocess.CompletedProce
     saved = (sys.argv, os.getcwd(), torch.get_num_threads(), torch.get_rng_state(), np.random.get_state(),
              random.getstate(), {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)})  # fmt: skip
     out, err = io.StringIO(), io.StringIO()
-    sys.argv = [str(script), *args]
+    argv = [str(script), *args]
+    sys.argv = list(argv)
     os.chdir(cwd)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -50,4 +51,4 @@ def run_script(script: Path, *args: str, cwd: Path) -> subprocess.CompletedProce
         random.setstate(python_rng)
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-    return subprocess.CompletedProcess(sys.argv, code, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
