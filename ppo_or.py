@@ -2,6 +2,7 @@
 
     python ppo_or.py --env-id tsp-v0                  # TSP50: multi-start rollouts, shared baseline
     python ppo_or.py --env-id vrptw-v0 --num-nodes 20  # any of the 48 VRP variants; mtvrp-v0 / mtvrp48-v0 mix them
+    python ppo_or.py --env-id mtvrp48-v0 --preset variants --threads 1  # one model for all 48 on a CPU
     python ppo_or.py --resume runs/<run>/ckpt/100.pt  # continue a stopped run
     torchrun --standalone --nproc_per_node 4 ppo_or.py --env-id tsp-v0 --num-envs 256  # 4 GPUs / processes
 
@@ -57,8 +58,10 @@ class Args:
     wandb_entity: str | None = None
     """the entity (team) of the wandb project"""
 
-    preset: Literal["ppo-or", "rlor"] = "ppo-or"
-    """ppo-or: multi-start rollouts, shared baseline; rlor: the paper's (critic + GAE); given arguments override it"""
+    preset: Literal["ppo-or", "rlor", "variants"] = "ppo-or"
+    """ppo-or: multi-start rollouts, shared baseline; rlor: the paper's (critic + GAE); variants: ppo-or with the
+    transformer encoder and 64 distinct instances in one minibatch (the VRP variants on a CPU); given arguments
+    override it"""
     env_id: Literal[tuple(ENV_IDS)] = "tsp-v0"  # the registered ids, listed by --help
     """the environment"""
     num_nodes: int = 50
@@ -92,7 +95,7 @@ class Args:
     gae_lambda: float = 0.95
     """the lambda for the general advantage estimation"""
     minibatch_size: int = 32
-    """instances per PPO minibatch (copies included), one optimizer step each"""
+    """instances per PPO minibatch (copies included), one optimizer step each; at or above --num-envs: the whole rollout"""
     update_chunk: int | None = None
     """instances decoded at once in the update (memory only); None: what fits in 1 GiB (a third of a GPU's free memory)"""
     update_epochs: int = 2

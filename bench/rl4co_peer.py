@@ -159,10 +159,12 @@ def pomo_policy(env):
     return POMO(env).policy
 
 
-def ppo_or_command(env_id: str, num_nodes: int, minutes: float, seed: int, exp_name: str) -> list[str]:
-    """ppo_or.py with its defaults at the CPU shape of the peer benchmarks (--num-envs 256), one
-    thread, the budget in wall time, a checkpoint each minute, no periodic evaluation."""
-    cmd = [sys.executable, str(PPO_OR), "--env-id", env_id, "--num-nodes", str(num_nodes), "--num-envs", "256"]
+def ppo_or_command(
+    env_id: str, num_nodes: int, minutes: float, seed: int, exp_name: str, shape: tuple = ("--num-envs", "256")
+) -> list[str]:
+    """ppo_or.py with its defaults at the CPU shape ``shape`` of the peer benchmarks (--num-envs 256, or a
+    preset), one thread, the budget in wall time, a checkpoint each minute, no periodic evaluation."""
+    cmd = [sys.executable, str(PPO_OR), "--env-id", env_id, "--num-nodes", str(num_nodes), *shape]
     cmd += ["--threads", "1", "--seed", str(seed), "--total-timesteps", str(10**12)]
     cmd += ["--total-seconds", str(minutes * 60), "--exp-name", exp_name, "--eval-interval", "0"]
     return cmd + ["--checkpoint-interval", "0", "--checkpoint-seconds", "60"]

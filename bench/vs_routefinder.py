@@ -12,8 +12,9 @@ not on the package index; ``pip install -e ".[bench]"``), trained by RL4CO's Lig
 trainer with POMO's own settings (batch 64, Adam 1e-4, every customer a start, shared baseline) on
 RL4CO's generator with its "all" preset (each of O, B, L, TW with probability 0.5), whose distance
 limit is given RouteFinder's rule (drawn per instance, as in the test sets; RL4CO fixes 3.0, which
-never binds). ppo-or trains ``mtvrp-v0`` (the same 16-variant mix) with its defaults
-(``--num-envs 256``, the recipe of ``checkpoints/mtvrp20.pt``; ``--ppo-or-args`` adds arguments). Both save a checkpoint each minute; a
+never binds). ppo-or trains ``mtvrp-v0`` (the same 16-variant mix) with ``--preset variants`` (the
+transformer encoder, 64 distinct instances per rollout in one minibatch; ``--ppo-or-args`` adds
+arguments, e.g. ``--preset ppo-or --num-envs 256`` for the default trainer). Both save a checkpoint each minute; a
 mark is scored with the first one written at or after it. Every tour of both is checked by
 ``checkers.tours.vrp_cost``. PyVRP references (``--solver-seconds`` each): the shipped ones at
 n = 50 and 100, else solved and cached in ``--out``.
@@ -68,7 +69,8 @@ def rl4co_env(num_nodes: int):
 def train(name: str, args: argparse.Namespace) -> list[str]:
     """The command of one trainer (one thread)."""
     if name == "ppo-or":
-        return ppo_or_command("mtvrp-v0", args.num_nodes, args.minutes, args.seed, "vs-routefinder") + shlex.split(args.ppo_or_args)
+        cmd = ppo_or_command("mtvrp-v0", args.num_nodes, args.minutes, args.seed, "vs-routefinder", ("--preset", "variants"))
+        return cmd + shlex.split(args.ppo_or_args)
     return [sys.executable, __file__, "--train-rl4co", str(args.out.resolve() / "rl4co-mtpomo"),
             "--minutes", str(args.minutes), "--num-nodes", str(args.num_nodes), "--seed", str(args.seed)]  # fmt: skip
 
@@ -141,7 +143,7 @@ def main():
                         help="PyVRP seconds per instance (default: the shipped references' 1 s at n = 50, 2 s at "
                              "100; 0.5 s at other sizes)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("bench-runs/vs-routefinder"))
-    parser.add_argument("--ppo-or-args", default="", help="extra ppo_or.py arguments, e.g. '--encoder transformer'")
+    parser.add_argument("--ppo-or-args", default="", help="extra ppo_or.py arguments, e.g. '--preset ppo-or --num-envs 256' (the default trainer)")
     parser.add_argument("--evaluate", action="store_true", help="score the runs in --out, train nothing")
     parser.add_argument("--train-rl4co", type=Path, help=argparse.SUPPRESS)  # the peer's child process
     args = parser.parse_args()

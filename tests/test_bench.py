@@ -60,3 +60,37 @@ def test_published_rows_cover_every_instance_of_the_run_or_are_left_out():
     assert label.startswith(method) and gap == pytest.approx(5.0) and np.isnan(seconds)
     assert real.published_rows(bench, [instance, "not-in-the-file"], np.array([1.0, 1.0])) == []
     assert real.published_rows("no-such-benchmark", [instance], np.array([1.0])) == []
+
+
+@pytest.mark.parametrize(
+    ("shape", "extra", "expected"),
+    [
+        (("--num-envs", "256"), [], ("ppo-or", 256, 32, 8, "am")),
+        (("--preset", "variants"), [], ("variants", 64, 64, 1, "transformer")),
+        (("--preset", "variants"), ["--preset", "ppo-or", "--num-envs", "256"], ("ppo-or", 256, 32, 8, "am")),
+    ],
+)
+def test_the_side_by_sides_train_ppo_or_as_their_docs_say(shape, extra, expected):
+    """vs_rl4co.py's ppo-or runs the default preset at 256 instances, vs_routefinder.py's --preset variants,
+    and --ppo-or-args given after it (here the default trainer's) win."""
+    from ppoor import ppo_or
+
+    cmd = peer.ppo_or_command("mtvrp-v0", 50, 60.0, 1, "vs-routefinder", shape) + extra
+    args, _ = ppo_or.parse_args(cmd[2:])
+    assert (args.preset, args.num_envs, args.minibatch_size, args.train_augment, args.encoder) == expected
+    assert (args.threads, args.total_seconds, args.checkpoint_seconds) == (1, 3600.0, 60.0)
+
+
+def test_vs_routefinder_trains_the_variants_preset_unless_told_otherwise(monkeypatch, tmp_path):
+    import argparse
+
+    from checks import BENCH
+    from ppoor import ppo_or
+
+    monkeypatch.syspath_prepend(str(BENCH))  # vs_routefinder.py imports rl4co_peer beside it
+    bench = bench_module("vs_routefinder")
+    for extra, expected in (("", ("variants", 64, "transformer")), ("--preset ppo-or --num-envs 256", ("ppo-or", 256, "am"))):
+        options = argparse.Namespace(num_nodes=50, minutes=60.0, seed=1, ppo_or_args=extra, out=tmp_path)
+        args, _ = ppo_or.parse_args(bench.train("ppo-or", options)[2:])
+        assert (args.env_id, args.num_nodes, args.threads) == ("mtvrp-v0", 50, 1)
+        assert (args.preset, args.num_envs, args.encoder) == expected

@@ -63,7 +63,7 @@ def run_dir(tmp_path):
 @pytest.mark.parametrize(
     ("env_id", "preset"),
     [(e, p) for e in ("tsp-v0", "cvrp-v0") for p in ("ppo-or", "rlor")]
-    + [("vrptw-v0", "ppo-or"), ("mtvrp-v0", "rlor")],
+    + [("vrptw-v0", "ppo-or"), ("mtvrp-v0", "rlor"), ("mtvrp48-v0", "variants")],
 )
 def test_smoke_run_logs_and_checkpoints(tmp_path, env_id, preset):
     args = ["--env-id", env_id, "--num-nodes", "6", "--total-timesteps", "200", "--eval-interval", "2", *TINY]
@@ -787,7 +787,8 @@ def test_a_step_fraction_trains_on_a_subset_of_the_stored_steps(norm_adv, seed):
 
 
 @settings(max_examples=15, deadline=None)
-@given(num_nodes=st.integers(2, 200), rate=st.none() | st.floats(1e-5, 1e-2), preset=st.sampled_from(["ppo-or", "rlor"]))
+@given(num_nodes=st.integers(2, 200), rate=st.none() | st.floats(1e-5, 1e-2),
+       preset=st.sampled_from(["ppo-or", "rlor", "variants"]))  # fmt: skip
 def test_the_learning_rate_defaults_by_size(num_nodes, rate, preset):
     """Below 50 nodes the default learning rate is 1e-3, from 50 it is 3e-4; a value given, or the rlor
     preset's 1e-3, is kept, and so is the resolved value a run saves."""
@@ -802,6 +803,29 @@ def test_the_learning_rate_defaults_by_size(num_nodes, rate, preset):
     else:
         assert full.learning_rate == (1e-3 if preset == "rlor" or num_nodes < 50 else 3e-4)
     assert options.with_defaults(full, num_nodes) == full
+
+
+@settings(max_examples=15, deadline=None)
+@given(num_envs=st.none() | st.integers(1, 512), encoder=st.none() | st.sampled_from(["am", "transformer"]),
+       before=st.booleans())  # fmt: skip
+def test_the_variants_preset_sets_its_recipe_and_given_arguments_override_it(num_envs, encoder, before):
+    """--preset variants: the transformer encoder, 64 distinct instances, one minibatch of them; every other
+    field the default preset's, and an argument given before or after --preset wins over it."""
+    from ppoor import ppo_or
+
+    given = ([] if num_envs is None else ["--num-envs", str(num_envs)]) + ([] if encoder is None else ["--encoder", encoder])
+    preset = ["--env-id", "mtvrp48-v0", "--preset", "variants"]
+    args, fields = ppo_or.parse_args(given + preset if before else preset + given)
+    default, _ = ppo_or.parse_args(["--env-id", "mtvrp48-v0"])
+    assert args.preset == "variants"
+    assert args.num_envs == (64 if num_envs is None else num_envs)
+    assert args.encoder == (encoder or "transformer")
+    assert (args.minibatch_size, args.train_augment) == (64, 1)
+    recipe = {"preset", "num_envs", "encoder", "minibatch_size", "train_augment"}
+    assert {k: v for k, v in vars(args).items() if k not in recipe} == {
+        k: v for k, v in vars(default).items() if k not in recipe
+    }
+    assert ("num_envs" in fields) == (num_envs is not None)
 
 
 def peak_memory(tmp_path, argv: list[str]) -> int:

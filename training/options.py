@@ -35,6 +35,12 @@ RLOR = dict(
 )  # fmt: skip
 """The ``rlor`` preset: the paper's settings (sampled first node, critic and GAE, 50 trajectories)."""
 
+VARIANTS = dict(preset="variants", encoder="transformer", num_envs=64, minibatch_size=64, train_augment=1)
+"""The ``variants`` preset: the VRP variants on a CPU (RouteFinder's transformer encoder, 64 distinct
+instances per rollout, so that each rollout mixes many variants, in one minibatch per epoch). Beside
+RL4CO's MTPOMO at 50 customers, one thread each, it led at every mark of an hour
+(docs/results/2026-12-routing-training.md)."""
+
 LIMITS = {
     **PPO_LIMITS,
     "threads": (1, MAX_THREADS),
@@ -67,8 +73,9 @@ RESUME_OVERRIDES = (
 
 
 def presets(cls) -> dict:
-    """The presets as instances of the ``Args`` class ``cls``: ``ppo-or`` (its defaults) and ``rlor``."""
-    return {"ppo-or": cls(), "rlor": cls(**RLOR)}
+    """The presets as instances of the ``Args`` class ``cls``: ``ppo-or`` (its defaults), ``rlor`` and
+    ``variants``."""
+    return {"ppo-or": cls(), "rlor": cls(**RLOR), "variants": cls(**VARIANTS)}
 
 
 def parse_args(cls, argv: list[str]) -> tuple:
