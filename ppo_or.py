@@ -58,7 +58,7 @@ class Args:
     wandb_entity: str | None = None
     """the entity (team) of the wandb project"""
 
-    preset: Literal["ppo-or", "rlor", "variants"] = "ppo-or"
+    preset: Literal[tuple(options.PRESETS)] = "ppo-or"
     """ppo-or: multi-start rollouts, shared baseline; rlor: the paper's (critic + GAE); variants: ppo-or with the
     transformer encoder and 64 distinct instances in one minibatch (the VRP variants on a CPU); given arguments
     override it"""

@@ -72,10 +72,14 @@ RESUME_OVERRIDES = (
 """The fields a resumed run may change; any other field given with --resume must equal the checkpoint's."""
 
 
+PRESETS = {"ppo-or": {}, "rlor": RLOR, "variants": VARIANTS}
+"""Each preset's name and the fields it sets over the ``Args`` defaults (``ppo-or`` sets none); ``--preset``
+chooses among these names."""
+
+
 def presets(cls) -> dict:
-    """The presets as instances of the ``Args`` class ``cls``: ``ppo-or`` (its defaults), ``rlor`` and
-    ``variants``."""
-    return {"ppo-or": cls(), "rlor": cls(**RLOR), "variants": cls(**VARIANTS)}
+    """The presets as instances of the ``Args`` class ``cls``."""
+    return {name: cls(**fields) for name, fields in PRESETS.items()}
 
 
 def parse_args(cls, argv: list[str]) -> tuple:
