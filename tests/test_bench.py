@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from checks import bench_module
+from checks import SHARED, bench_module
 
 peer = bench_module("rl4co_peer")
 latest_run, save_results = peer.latest_run, peer.save_results
@@ -60,6 +60,26 @@ def test_published_rows_cover_every_instance_of_the_run_or_are_left_out():
     assert label.startswith(method) and gap == pytest.approx(5.0) and np.isnan(seconds)
     assert real.published_rows(bench, [instance, "not-in-the-file"], np.array([1.0, 1.0])) == []
     assert real.published_rows("no-such-benchmark", [instance], np.array([1.0])) == []
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="the benchmarks' references are in ../shared, absent here")
+def test_each_published_method_reports_its_whole_benchmark_and_nothing_below_its_reference():
+    """A method missing one instance would drop out of the table unseen, and a cost below the optimum or
+    best known is a mistyped figure: both are caught in the file, not in the printed table."""
+    real = bench_module("real_instances")
+    found: dict[tuple[str, str], dict[str, float]] = {}
+    for line in real.PUBLISHED.read_text().splitlines():
+        if not line.startswith(("#", "method,")):
+            method, bench, instance, cost = line.rsplit(",", 3)
+            found.setdefault((method, bench), {})[instance] = float(cost)
+    references = {}
+    for bench in {"tsplib", "cvrplib"}:  # the last column of their files is the reference
+        rows = (SHARED / "benchmarks" / bench / real.FOLDERS[bench][1]).read_text().splitlines()[1:]
+        references[bench] = {row.split(",")[0]: float(row.split(",")[-1]) for row in rows}
+    assert {bench for _, bench in found} == set(references)
+    for (method, bench), costs in found.items():
+        assert set(costs) == set(references[bench]), method
+        assert all(cost >= references[bench][name] for name, cost in costs.items()), method
 
 
 @pytest.mark.parametrize(
