@@ -7,6 +7,8 @@ import json
 import numpy as np
 import pytest
 from checks import SHARED, bench_module
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 peer = bench_module("rl4co_peer")
 latest_run, save_results = peer.latest_run, peer.save_results
@@ -114,3 +116,33 @@ def test_vs_routefinder_trains_the_variants_preset_unless_told_otherwise(monkeyp
         args, _ = ppo_or.parse_args(bench.train("ppo-or", options)[2:])
         assert (args.env_id, args.num_nodes, args.threads) == ("mtvrp-v0", 50, 1)
         assert (args.preset, args.num_envs, args.encoder) == expected
+
+
+@settings(max_examples=6, deadline=None)
+@given(problem=st.sampled_from(["tsp", "cvrp", "mtvrp"]), sizes=st.lists(st.integers(5, 12), min_size=1, max_size=2),
+       count=st.integers(1, 3), seed=st.integers(0, 2**16))  # fmt: skip
+def test_the_ranking_draws_the_same_instances_for_a_seed_and_gives_vrp_demands_a_capacity_of_one(problem, sizes, count, seed):
+    rank = bench_module("rank_checkpoints")
+    distribution = {"tsp": "mixed", "cvrp": "x", "mtvrp": "solomon"}[problem]
+    sets = rank.validation_sets(problem, distribution, sizes, count, seed)
+    again = rank.validation_sets(problem, distribution, sizes, count, seed)
+    assert [d["coords"].shape for d in sets] == [(count, n, 2) for n in sizes]
+    for data, same in zip(sets, again, strict=True):
+        assert all(np.array_equal(data[k], same[k]) for k in data)
+        assert problem == "tsp" or data["capacity"] == 1.0
+
+
+def test_the_ranking_prints_each_checkpoint_and_prior_against_the_first(monkeypatch, capsys):
+    rank = bench_module("rank_checkpoints")
+    argv = ["rank", "--checkpoints", "tsp20", "tsp50", "--distance-priors", "0", "3", "--sizes", "10", "15", "--instances", "3"]
+    monkeypatch.setattr("sys.argv", argv)
+    rank.main()
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [(r[0], float(r[1])) for r in rows] == [("tsp20", 0), ("tsp20", 3), ("tsp50", 0), ("tsp50", 3)]
+    for row in rows:
+        assert float(row[4]) == pytest.approx((float(row[2]) + float(row[3])) / 2, abs=1e-4)
+        assert float(row[5]) == pytest.approx(float(row[4]) / float(rows[0][4]), abs=1e-4)
+    monkeypatch.setattr("sys.argv", ["rank", "--problem", "cvrp", "--checkpoints", "tsp20"])
+    with pytest.raises(SystemExit):
+        rank.main()
+    assert "tsp20 is a tsp model, not cvrp" in capsys.readouterr().err
