@@ -39,19 +39,22 @@ FOLDERS = {
 PUBLISHED = Path(__file__).with_name("published.csv")
 
 
+def published_costs() -> dict[tuple[str, str], dict[str, float]]:
+    """The costs of bench/published.csv: (method, benchmark) -> {instance: cost}."""
+    costs: dict[tuple[str, str], dict[str, float]] = {}
+    for line in PUBLISHED.read_text().splitlines():
+        if not line.startswith(("#", "method,")):
+            method, bench, instance, cost = line.rsplit(",", 3)
+            costs.setdefault((method, bench), {})[instance] = float(cost)
+    return costs
+
+
 def published_rows(bench: str, names: list, references: np.ndarray) -> list[tuple[str, float, float]]:
     """(label, mean gap, NaN seconds) of each method in bench/published.csv that reports every one of
     ``names`` (the run's instances, in order) on ``bench``; gaps against the run's ``references``."""
-    costs: dict[str, dict[str, float]] = {}
-    for line in PUBLISHED.read_text().splitlines():
-        if line.startswith("#") or line.startswith("method,"):
-            continue
-        method, where, instance, cost = line.rsplit(",", 3)
-        if where == bench:
-            costs.setdefault(method, {})[instance] = float(cost)
     rows = []
-    for method, found in costs.items():
-        if all(name in found for name in names):
+    for (method, where), found in published_costs().items():
+        if where == bench and all(name in found for name in names):
             gaps = 100 * (np.array([found[name] for name in names]) / references - 1)
             rows.append((f"{method} (published)", float(gaps.mean()), float("nan")))
     return rows

@@ -69,11 +69,7 @@ def test_each_published_method_reports_its_whole_benchmark_and_nothing_below_its
     """A method missing one instance would drop out of the table unseen, and a cost below the optimum or
     best known is a mistyped figure: both are caught in the file, not in the printed table."""
     real = bench_module("real_instances")
-    found: dict[tuple[str, str], dict[str, float]] = {}
-    for line in real.PUBLISHED.read_text().splitlines():
-        if not line.startswith(("#", "method,")):
-            method, bench, instance, cost = line.rsplit(",", 3)
-            found.setdefault((method, bench), {})[instance] = float(cost)
+    found = real.published_costs()
     references = {}
     for bench in {"tsplib", "cvrplib"}:  # the last column of their files is the reference
         rows = (SHARED / "benchmarks" / bench / real.FOLDERS[bench][1]).read_text().splitlines()[1:]
