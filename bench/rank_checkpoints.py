@@ -13,12 +13,12 @@ in the same run); lower is better. Every tour is checked as it is decoded (``Mod
 """
 
 import argparse
-import math
 
 import numpy as np
 import torch
 from ppoor.envs.distributions import DISTRIBUTIONS, draw
 from ppoor.models import CheckpointError
+from ppoor.models.attention_model import check_prior
 from ppoor.search.solver import Model
 
 
@@ -48,8 +48,10 @@ def main() -> None:
         parser.error(f"--distribution: {args.problem} draws {', '.join(DISTRIBUTIONS[args.problem])}, not {args.distribution!r}")
     if min(args.sizes) < 2 or args.instances < 1 or args.batch_size < 1 or args.threads < 1:
         parser.error("--sizes must be at least 2, --instances, --batch-size and --threads at least 1")
-    if any(not math.isfinite(b) or b < 0 for b in args.distance_priors):
-        parser.error("--distance-priors must be finite numbers >= 0")
+    try:
+        args.distance_priors = [check_prior(b) for b in args.distance_priors]
+    except ValueError as exc:
+        parser.error(f"--distance-priors: {exc}")
     torch.set_num_threads(args.threads)
     try:
         models = [(name, Model(name)) for name in args.checkpoints]  # every checkpoint read before decoding
