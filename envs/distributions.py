@@ -21,8 +21,11 @@
   near the middle; one of two horizons (type 1: short, capacity 200; type 2: long, capacity
   700-1000), both as Solomon's classes have them (R 230 / 1000, C 1236 / 3390, RC 240 / 960, within
   10%); service 10 (R, RC) or 90 (C); 25-100% of the customers with a window whose width is drawn
-  around a per-instance scale from the class's range and whose centre is reachable from the depot
-  and leaves time to return; demands 1-41 (R, RC) or 10-50 in tens (C). Coordinates and times are
+  around a per-instance scale from the class's range; the window's centre, as Solomon made them,
+  at random between the earliest arrival from the depot and the last start that returns in time
+  (R, RC), or at the customer's arrival in a cluster-by-cluster routing (C: ``cluster_routes``;
+  the best known routes of Solomon's C files arrive within a sixth of a width of the centres);
+  demands 1-41 (R, RC) or 10-50 in tens (C). Coordinates and times are
   divided by the points' span, demands by the capacity, as Solomon files are read
   (``data.datasets.load_solomon``).
 
@@ -147,7 +150,7 @@ def x_demands(rng: np.random.Generator, coords: np.ndarray, depot: np.ndarray) -
 
 SOLOMON = {  # class: (horizon type 1, type 2; service; window width scale range type 1, type 2)
     "R": ((230.0, 1000.0), 10.0, ((10.0, 190.0), (115.0, 470.0))),
-    "C": ((1236.0, 3390.0), 90.0, ((60.0, 1110.0), (160.0, 640.0))),
+    "C": ((1236.0, 3390.0), 90.0, ((40.0, 360.0), (160.0, 640.0))),
     "RC": ((240.0, 960.0), 10.0, ((30.0, 190.0), (120.0, 890.0))),
 }
 SOLOMON_GRID = 100.0
@@ -179,6 +182,8 @@ def solomon_instances(rng: np.random.Generator, count: int, num_customers: int) 
     latest = horizon[:, None] - d0 - service[:, None]  # the last start that still returns in time
     width = scale[:, None] * rng.uniform(0.5, 1.5, (count, n))
     centre = d0 + rng.random((count, n)) * np.maximum(latest - d0, 0.0)
+    for b in np.flatnonzero(kind == "C"):
+        centre[b] = cluster_routes(depot[b], points[b], which[b], demand[b], capacity[b], horizon[b], service[b])[1]
     start = np.clip(centre - width / 2, 0.0, None)
     end = np.maximum(np.minimum(centre + width / 2, latest), start)
     windowed = rng.random((count, n)) < rng.choice([0.25, 0.5, 0.75, 1.0], size=(count, 1))
@@ -203,6 +208,43 @@ def solomon_instances(rng: np.random.Generator, count: int, num_customers: int) 
         "distance_limit": np.full(count, np.inf),
         "open_route": np.zeros(count, dtype=bool),
     }
+
+
+def cluster_routes(
+    depot: np.ndarray, points: np.ndarray, cluster: np.ndarray, demand: np.ndarray, capacity: float,
+    horizon: float, service: float,
+) -> tuple[list[list[int]], np.ndarray]:
+    """A cluster-by-cluster routing of one instance, as Solomon routed his C instances before he placed
+    their windows: the clusters in the order of their centroids' angle around the depot, each
+    cluster's customers by nearest neighbour from the previous stop, the sequence cut into a new route
+    from the depot where the next customer would exceed ``capacity`` or leave no time to be back by
+    ``horizon``; no waiting.
+
+    ``depot`` [2], ``points`` [n, 2], ``cluster`` [n] (ints), ``demand`` [n]; travel time = distance; each
+    customer can be served alone within ``horizon`` and ``capacity``.
+    Returns the routes (customer indices, 0-based) and each customer's service start [n]."""
+    def angle(c: int) -> float:
+        x, y = points[cluster == c].mean(axis=0) - depot
+        return float(np.arctan2(y, x))
+
+    order = sorted(np.unique(cluster), key=angle)
+    sequence, here = [], depot
+    for c in order:
+        members = list(np.flatnonzero(cluster == c))
+        while members:
+            nearest = members.pop(int(np.argmin(np.linalg.norm(points[members] - here, axis=1))))
+            sequence.append(int(nearest))
+            here = points[nearest]
+    routes, starts, time, load, here = [], np.zeros(len(points)), 0.0, 0.0, depot
+    for c in sequence:
+        arrive = time + float(np.linalg.norm(points[c] - here))
+        back = arrive + service + float(np.linalg.norm(points[c] - depot))
+        if not routes or load + demand[c] > capacity or back > horizon:
+            routes.append([])
+            load, arrive = 0.0, float(np.linalg.norm(points[c] - depot))
+        routes[-1].append(c)
+        starts[c], time, load, here = arrive, arrive + service, load + demand[c], points[c]
+    return routes, starts
 
 
 def random_size(rng: np.random.Generator, low: int, high: int) -> int:

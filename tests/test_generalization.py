@@ -289,6 +289,30 @@ def test_solomon_like_instances_are_valid_and_one_route_per_customer_is_feasible
                      distribution="solomon")  # fmt: skip
 
 
+@given(nodes=st.integers(1, 40), clusters=st.integers(1, 8), seed=st.integers(0, 2**32 - 1))
+def test_the_cluster_routing_behind_solomon_like_c_windows_is_feasible_at_its_start_times(nodes, clusters, seed):
+    """The routing the C windows are centred on serves every customer once within the capacity and the
+    horizon, each by the service start it reports (the tests' checker, with each window shrunk to that
+    start): so every window of a C instance holds a feasible routing's visit."""
+    from checks import check_vrp_actions
+    from ppoor.envs.distributions import cluster_routes
+
+    rng = np.random.default_rng(seed)
+    depot, points = rng.uniform(0, 100, 2), rng.uniform(0, 100, (nodes, 2))
+    demand = rng.integers(1, 51, nodes).astype(float)
+    capacity, service = rng.uniform(demand.max(), demand.sum() + 1), rng.uniform(0, 90)
+    horizon = (2 * np.linalg.norm(points - depot, axis=1).max() + service) * rng.uniform(1, 5)
+    routes, starts = cluster_routes(depot, points, rng.integers(0, clusters, nodes), demand, capacity, horizon, service)
+    instance = {
+        "depots": depot[None], "coords": points, "demand_linehaul": demand / capacity,
+        "demand_backhaul": np.zeros(nodes), "backhaul_class": 1.0, "distance_limit": np.inf, "open_route": False,
+        "time_windows": np.concatenate([[[0.0, horizon]], np.stack([starts, starts], axis=1)]),
+        "service_time": np.concatenate([[0.0], np.full(nodes, service)]),
+    }  # fmt: skip
+    assert np.isfinite(check_vrp_actions([a for route in routes for a in (*(c + 1 for c in route), 0)], instance))
+    assert all(route for route in routes)
+
+
 @pytest.mark.parametrize(("env_id", "preset", "beta"), [("tsp-v0", "ppo-or", 3.0), ("cvrp-v0", "ppo-or", 3.0),
                                                         ("vrptw-v0", "ppo-or", 0.0), ("tsp-v0", "rlor", 0.0)])  # fmt: skip
 def test_the_default_distance_prior_is_by_problem_and_the_rlor_preset_has_none(env_id, preset, beta):
