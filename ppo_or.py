@@ -154,7 +154,7 @@ class Args:
     eval_interval: int = 100
     """evaluate greedy and multi-greedy decoding on the validation set every this many iterations; 0 disables"""
     eval_instances: int = 1000
-    """instances of the validation set (seed 4321) the periodic evaluation decodes"""
+    """instances of the validation set (seed 4321; drawn from --distribution where it is not uniform) the periodic evaluation decodes"""
     eval_nodes: int | None = None
     """size of the validation instances (and the model's default test size); None: --num-nodes"""
     eval_batch_size: int = 250

@@ -313,6 +313,27 @@ def test_the_cluster_routing_behind_solomon_like_c_windows_is_feasible_at_its_st
     assert all(route for route in routes)
 
 
+@pytest.mark.parametrize(("env_id", "distribution"), [("tsp-v0", "mixed"), ("cvrp-v0", "x"), ("vrptw-v0", "solomon")])
+def test_a_run_on_another_distribution_is_validated_on_that_distribution(env_id, distribution):
+    """The periodic evaluation of a --distribution run decodes instances of that distribution (seed 4321,
+    --eval-nodes), not the uniform validation set, and has no references; a uniform run keeps the set."""
+    from ppoor import ppo_or
+    from ppoor.envs import ENV_IDS, ENV_VARIANTS, standard_dataset
+    from ppoor.training.routing import validation_set
+
+    common = ["--env-id", env_id, "--num-nodes", "20", "--eval-nodes", "30", "--eval-instances", "6"]
+    args, _ = ppo_or.parse_args([*common, "--distribution", distribution])
+    data, references = validation_set(args)
+    problem = ENV_IDS[env_id]
+    drawn = draw(problem, np.random.default_rng(4321), 6, 30, distribution)
+    uniform = standard_dataset(problem, 30, "val", 6, ENV_VARIANTS.get(env_id))
+    assert references is None and data.keys() == drawn.keys()
+    assert all(np.array_equal(data[key], drawn[key]) for key in drawn)
+    assert not np.array_equal(data["coords"], uniform["coords"])
+    uniform_data, _ = validation_set(ppo_or.parse_args(common)[0])
+    assert all(np.array_equal(uniform_data[key], uniform[key]) for key in uniform)
+
+
 @pytest.mark.parametrize(("env_id", "preset", "beta"), [("tsp-v0", "ppo-or", 3.0), ("cvrp-v0", "ppo-or", 3.0),
                                                         ("vrptw-v0", "ppo-or", 0.0), ("tsp-v0", "rlor", 0.0)])  # fmt: skip
 def test_the_default_distance_prior_is_by_problem_and_the_rlor_preset_has_none(env_id, preset, beta):

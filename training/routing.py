@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from ppoor.envs import ENV_IDS, ENV_VARIANTS, standard_dataset
-from ppoor.envs.distributions import random_size
+from ppoor.envs import ENV_IDS, ENV_VARIANTS, KOOL_SEEDS, standard_dataset
+from ppoor.envs.distributions import draw, random_size
 from ppoor.envs.vrp import instance_variants, variant_group
 from ppoor.models import Agent, Cache, CheckpointError, latest_checkpoint, read_checkpoint
 from ppoor.search import augment, decode
@@ -140,10 +140,14 @@ def announce(run: Run, args, sizes, world_size: int, device: torch.device) -> No
 
 
 def validation_set(args) -> tuple[dict, np.ndarray | None]:
-    """The periodic evaluation's instances (the first --eval-instances of the validation set, seed
-    4321) and their reference lengths (shipped, or solved once into runs/references; None where no
-    solver is installed), of --eval-nodes nodes."""
+    """The periodic evaluation's instances, of --eval-nodes nodes, and their reference lengths: the first
+    --eval-instances of the validation set (seed 4321) with theirs (shipped, or solved once into
+    runs/references; None where no solver is installed); for a run with another --distribution than
+    uniform, --eval-instances drawn from that distribution (seed 4321), as it trains, without
+    references (its curves are lengths)."""
     problem, size = ENV_IDS[args.env_id], eval_size(args)
+    if args.distribution != "uniform":
+        return draw(problem, np.random.default_rng(KOOL_SEEDS["val"]), args.eval_instances, size, args.distribution), None
     data = standard_dataset(problem, size, "val", args.eval_instances, ENV_VARIANTS.get(args.env_id))
     return data, kool_references(problem, size, "val", args.eval_instances, "runs/references")
 
