@@ -207,28 +207,16 @@ SHIPPED_KEYS = (
 
 
 def export_weights(
-    source: str | os.PathLike | list,
-    target: str | os.PathLike,
-    kept: bool = False,
-    distance_prior: float | None = None,
+    source: str | os.PathLike, target: str | os.PathLike, kept: bool = False, distance_prior: float | None = None
 ) -> None:
     """Writes the evaluation part of a checkpoint (weights, problem, size and training arguments;
     no optimizer or random states) to ``target``: the few-MB files shipped in checkpoints/. They
-    load with ``load_agent`` and eval.py; ``--resume`` refuses them. ``source``: one checkpoint, or a
-    list of checkpoints of one run whose weights are averaged (``average_weights``; the other parts
-    come from the last). ``kept``: the weights of the policy a ppo_flatland.py state keeps for its
-    best validation (``--keep-best``; a run stopped before its end holds its last weights beside
-    them) instead of its last. ``distance_prior``: the decoder's prior
-    (``models.attention_model.distance_bias``) the model decodes with, chosen on validation data, in
-    place of the one it was trained with."""
-    sources = list(source) if isinstance(source, list | tuple) else [source]
-    if not sources:
-        raise CheckpointError("give at least one checkpoint to export")
-    ckpt = read_checkpoint(sources[-1])
-    if len(sources) > 1:
-        if kept:
-            raise CheckpointError("--kept exports one railway state's best policy: give one checkpoint")
-        ckpt = {**ckpt, "model": average_weights([read_checkpoint(path) for path in sources], sources)}
+    load with ``load_agent`` and eval.py; ``--resume`` refuses them. ``kept``: the weights of the
+    policy a ppo_flatland.py state keeps for its best validation (``--keep-best``; a run stopped
+    before its end holds its last weights beside them) instead of its last. ``distance_prior``: the
+    decoder's prior (``models.attention_model.distance_bias``) the model decodes with, chosen on
+    validation data, in place of the one it was trained with."""
+    ckpt = read_checkpoint(source)
     if kept:
         best = ckpt.get("best") or {}
         if best.get("model") is None:
@@ -240,25 +228,3 @@ def export_weights(
     if distance_prior is not None:
         ckpt = {**ckpt, "model_config": {**ckpt.get("model_config", {}), "distance_prior": check_prior(distance_prior)}}
     save_checkpoint({key: ckpt[key] for key in SHIPPED_KEYS if key in ckpt}, target)
-
-
-def average_weights(checkpoints: list[dict], names: list) -> dict:
-    """The mean of the ``model`` weights of ``checkpoints`` (read by ``read_checkpoint``, named ``names``
-    in errors), tensor by tensor; counters (integer tensors, e.g. batch norm's) from the last. Their
-    problem, model configuration and tensor shapes must agree: checkpoints of one run (the mean of its
-    last checkpoints is a model of its own: checkpoint averaging)."""
-    last = checkpoints[-1]
-    for ckpt, name in zip(checkpoints, names, strict=True):
-        same = ckpt.get("problem") == last.get("problem") and ckpt.get("model_config") == last.get("model_config")
-        shapes = {key: tuple(value.shape) for key, value in ckpt["model"].items()}
-        if not same or shapes != {key: tuple(value.shape) for key, value in last["model"].items()}:
-            raise CheckpointError(
-                f"checkpoint {name} is not the same model as {names[-1]} (problem, configuration or weights "
-                "differ): average checkpoints of one run"
-            )
-    return {
-        key: torch.stack([ckpt["model"][key].double() for ckpt in checkpoints]).mean(0).to(value.dtype)
-        if value.is_floating_point()
-        else value
-        for key, value in last["model"].items()
-    }

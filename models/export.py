@@ -3,7 +3,6 @@
 python -m ppoor.models.export runs/<run>/ckpt/<iteration>.pt checkpoints/<name>.pt
 python -m ppoor.models.export resume/<state>.pt <name>.pt --kept   # a railway state's best validated policy
 python -m ppoor.models.export checkpoints/tsp100.pt tsp.pt --distance-prior 5   # decode with the prior at 5
-python -m ppoor.models.export runs/<run>/ckpt/{500,510,520}.pt <name>.pt   # the mean of a run's checkpoints
 """
 
 import argparse
@@ -12,7 +11,7 @@ from ppoor.models.checkpoints import CheckpointError, export_weights
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m ppoor.models.export", description=__doc__.splitlines()[0])
-    parser.add_argument("source", nargs="+", help="a checkpoint or training state (.pt); several of one run: their mean")
+    parser.add_argument("source", help="a checkpoint or training state (.pt)")
     parser.add_argument("target", help="the weights-only file to write")
     parser.add_argument(
         "--kept", action="store_true", help="the policy a ppo_flatland.py state kept for its best validation"

@@ -2,8 +2,6 @@ import numpy as np
 import pytest
 import torch
 from checks import SHARED, random_allowed_actions
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from ppoor.envs import VECTOR_ENVS, kool_dataset
 from ppoor.models import (
     Agent,
@@ -260,51 +258,6 @@ def test_exported_weights_load_without_the_training_state(tmp_path):
     loaded, _ = load_agent(tmp_path / "vrptw20.pt", problem="mtvrp")
     for a, b in zip(agent.state_dict().values(), loaded.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b)
-
-
-@given(count=st.integers(2, 4), seed=st.integers(0, 2**16))
-@settings(max_examples=3, deadline=None)
-def test_exported_mean_of_checkpoints_is_their_weights_mean_and_other_models_are_refused(count, seed):
-    """Several checkpoints of one model export as their mean, weight by weight (recomputed here from the
-    agents), with the other parts of the last; a checkpoint of another problem or configuration is
-    refused with one line."""
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as folder:
-        tmp = Path(folder)
-        agents = [make_agent("tsp", seed=seed + i) for i in range(count)]
-        paths = [tmp / f"{i}.pt" for i in range(count)]
-        for i, (agent, path) in enumerate(zip(agents, paths, strict=True)):
-            payload = {"problem": "tsp", "num_nodes": 10 + i, "model_config": {}, "model": agent.state_dict()}
-            save_checkpoint(payload, path)
-        export_weights(paths, tmp / "mean.pt")
-        mean = read_checkpoint(tmp / "mean.pt")
-        assert mean["num_nodes"] == 10 + count - 1
-        for key, value in mean["model"].items():
-            weights = [agent.state_dict()[key] for agent in agents]
-            expected = sum(w.double() for w in weights) / count if value.is_floating_point() else weights[-1]
-            torch.testing.assert_close(value, expected.to(value.dtype))
-        other = {"problem": "cvrp", "num_nodes": 10, "model_config": {}, "model": make_agent("cvrp").state_dict()}
-        save_checkpoint(other, tmp / "cvrp.pt")
-        with pytest.raises(CheckpointError, match="is not the same model"):
-            export_weights([*paths, tmp / "cvrp.pt"], tmp / "bad.pt")
-        assert not (tmp / "bad.pt").exists()
-
-
-def test_the_export_command_takes_several_checkpoints(tmp_path):
-    import subprocess
-    import sys
-
-    paths = [tmp_path / f"{i}.pt" for i in range(2)]
-    for i, path in enumerate(paths):
-        save_checkpoint({"problem": "tsp", "num_nodes": 10, "model_config": {}, "model": make_agent("tsp", seed=i).state_dict()}, path)
-    done = subprocess.run([sys.executable, "-m", "ppoor.models.export", *map(str, paths), str(tmp_path / "cli.pt")],
-                          capture_output=True, text=True)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    export_weights(paths, tmp_path / "api.pt")
-    for key, value in read_checkpoint(tmp_path / "cli.pt")["model"].items():
-        torch.testing.assert_close(value, read_checkpoint(tmp_path / "api.pt")["model"][key])
 
 
 @needs_rlor
