@@ -16,6 +16,7 @@ import argparse
 
 import numpy as np
 import torch
+from ppoor.envs import KOOL_SEEDS
 from ppoor.envs.distributions import DISTRIBUTIONS, draw
 from ppoor.models import CheckpointError
 from ppoor.models.attention_model import check_prior
@@ -40,7 +41,7 @@ def main() -> None:
     parser.add_argument("--distance-priors", nargs="*", type=float, default=[], help="priors B to decode with (default: each checkpoint's own)")
     parser.add_argument("--sizes", nargs="+", type=int, default=[100, 200], help="nodes (TSP) or customers per instance")
     parser.add_argument("--instances", type=int, default=192, help="instances per size")
-    parser.add_argument("--seed", type=int, default=4321)
+    parser.add_argument("--seed", type=int, default=KOOL_SEEDS["val"], help="the validation seed of ppo_or.py's runs by default")
     parser.add_argument("--batch-size", type=int, default=32, help="instances decoded at once")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()

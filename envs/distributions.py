@@ -235,13 +235,13 @@ def cluster_routes(
             nearest = members.pop(int(np.argmin(np.linalg.norm(points[members] - here, axis=1))))
             sequence.append(int(nearest))
             here = points[nearest]
+    home = [float(np.linalg.norm(point - depot)) for point in points]  # each customer's distance from the depot
     routes, starts, time, load, here = [], np.zeros(len(points)), 0.0, 0.0, depot
     for c in sequence:
         arrive = time + float(np.linalg.norm(points[c] - here))
-        back = arrive + service + float(np.linalg.norm(points[c] - depot))
-        if not routes or load + demand[c] > capacity or back > horizon:
+        if not routes or load + demand[c] > capacity or arrive + service + home[c] > horizon:
             routes.append([])
-            load, arrive = 0.0, float(np.linalg.norm(points[c] - depot))
+            load, arrive = 0.0, home[c]
         routes[-1].append(c)
         starts[c], time, load, here = arrive, arrive + service, load + demand[c], points[c]
     return routes, starts
