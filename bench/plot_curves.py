@@ -3,8 +3,9 @@ minutes, each with a 9-iteration running mean. ppo_or.py: sampled tour length, a
 entropy, learning rate (minutes: the iterations' rollout + update seconds summed); the sixth panel is
 the test gap at the marks of a bench/time_to_quality.py or bench/vs_rl4co.py result file (--marks;
 greedy solid, multi-greedy dashed, multi-greedy x8 dotted; vs_rl4co.py's peer beside ppo-or), else the
-run's own validation gaps (``eval/greedy_gap``, ``eval/multi_greedy_gap``, where it logged them), else
-the KL an update reached; a multi-task run (``mtvrp48-v0``) shows its validation length per group of
+run's own validation gaps (``eval/greedy_gap``, ``eval/multi_greedy_gap``, where it logged them), or its
+validation lengths where it logged lengths only (a run on another --distribution), else the KL an update
+reached; a multi-task run (``mtvrp48-v0``) shows its validation length per group of
 variants (classic solid, mixed backhaul dashed, multi-depot dotted). ppo_flatland.py: the training
 maps' arrival rate, the same three losses and the learning rate, and the validation maps' arrival
 (solid) and deadlock (dashed) rates (minutes: the wall clock between iterations, validation included, a
@@ -62,11 +63,13 @@ def label_of(run: Path) -> str:
 
 
 VALIDATION = ("eval/greedy_gap", "eval/multi_greedy_gap")
+LENGTH_VALIDATION = ("eval/greedy_length", "eval/multi_greedy_length")
 RAIL_VALIDATION = ("eval/arrival_rate", "eval/deadlock_rate")
 PRIORITY_VALIDATION = ("eval/arrival_rate", "eval/longest_first_arrival_rate", "eval/closest_first_arrival_rate")
 GROUP_VALIDATION = tuple(f"eval/{group}_multi_greedy_length" for group in GROUPS)  # as training.routing logs them
 CURVES = {
     "ppo_or": (PANELS, VALIDATION, "validation gap %: greedy solid, multi-greedy dashed"),
+    "ppo_or_length": (PANELS, LENGTH_VALIDATION, "validation length: greedy solid, multi-greedy dashed"),
     "multi_task": (PANELS, GROUP_VALIDATION, "validation length: classic -, mixed backhaul --, depots :"),
     "ppo_flatland": (RAIL_PANELS, RAIL_VALIDATION, "validation: arrival solid, deadlocked dashed"),
     "priorities": (PRIORITY_PANELS, PRIORITY_VALIDATION, "validation planned arrival: learned -, longest --, closest :"),
@@ -83,7 +86,8 @@ def wall_seconds(events: list) -> list[float]:
 
 
 def read_run(run: Path) -> tuple[str, list[float], dict]:
-    """(the trainer, "ppo_or", "multi_task" (ppo_or.py validated per group of variants), "ppo_flatland" or
+    """(the trainer, "ppo_or", "ppo_or_length" (ppo_or.py validated by length only), "multi_task"
+    (ppo_or.py validated per group of variants), "ppo_flatland" or
     "priorities" (ppo_flatland.py --learn priorities); training
     minutes per iteration; {tag: values}) of one
     run folder; the validation figures (logged at some iterations only) as {tag: [(minutes, value)]}
@@ -95,6 +99,8 @@ def read_run(run: Path) -> tuple[str, list[float], dict]:
     tags = set(events.Tags()["scalars"])
     if "charts/rollout_seconds" in tags:
         trainer = "priorities" if "charts/arrival_rate" in tags else "multi_task" if GROUP_VALIDATION[0] in tags else "ppo_or"
+        if trainer == "ppo_or" and VALIDATION[1] not in tags and LENGTH_VALIDATION[1] in tags:
+            trainer = "ppo_or_length"
         clock = events.Scalars("charts/rollout_seconds")
         seconds = [r.value + u.value for r, u in zip(clock, events.Scalars("charts/update_seconds"), strict=True)]
     elif "charts/arrival_rate" in tags:
@@ -160,9 +166,9 @@ def main():
     read = [(label_of(run), *read_run(run)) for run in args.runs]
     trainers = {trainer for _, trainer, _, _ in read}
     if len(trainers) > 1:
-        sys.exit("error: runs of different trainers (ppo_or.py, ppo_or.py per group of variants, ppo_flatland.py, --learn priorities) have different curves: plot them apart")
+        sys.exit("error: runs of different trainers (ppo_or.py by gap, by length only or per group of variants, ppo_flatland.py, --learn priorities) have different curves: plot them apart")
     trainer = trainers.pop()
-    if trainer not in ("ppo_or", "multi_task") and args.marks:
+    if trainer not in ("ppo_or", "ppo_or_length", "multi_task") and args.marks:
         sys.exit("error: --marks are test gaps of routing runs; ppo_flatland.py runs have none")
     runs = [(label, minutes, values) for label, _, minutes, values in read]
     marks = [row for path in args.marks for row in read_marks(path)]

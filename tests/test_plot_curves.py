@@ -132,3 +132,26 @@ def test_a_multi_task_run_shows_its_validation_per_group_of_variants(tmp_path):
     assert "up to 1.0 minutes, 3 validation curves" in result.stdout and out.stat().st_size > 10_000
     result = plot(tmp_path, run, fake_run(tmp_path), "--out", tmp_path / "x.png")
     assert result.returncode != 0 and "plot them apart" in result.stderr
+
+
+def test_a_run_validated_by_length_only_shows_its_lengths(tmp_path):
+    """A ppo_or.py run on another --distribution logs validation lengths and no gaps: the last panel draws
+    its greedy and multi-greedy lengths; a run with gaps is plotted apart."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = tmp_path / "runs" / "vrptw-v0__solomon__1__1"
+    writer = SummaryWriter(str(run))
+    for step in range(1, 21):
+        for tag, value in (("charts/rollout_seconds", 1.0), ("charts/update_seconds", 2.0), ("charts/tour_length", 14.0),
+                           ("losses/approx_kl", 0.01), ("losses/clipfrac", 0.05), ("losses/entropy", 0.4)):  # fmt: skip
+            writer.add_scalar(tag, value, step)
+        if step % 10 == 0:
+            writer.add_scalar("eval/greedy_length", 14.5 - step / 100, step)
+            writer.add_scalar("eval/multi_greedy_length", 13.8 - step / 100, step)
+    writer.close()
+    out = tmp_path / "lengths.png"
+    result = plot(tmp_path, run, "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert "up to 1.0 minutes, 2 validation curves" in result.stdout and out.stat().st_size > 10_000
+    result = plot(tmp_path, run, fake_run(tmp_path), "--out", tmp_path / "x.png")
+    assert result.returncode != 0 and "plot them apart" in result.stderr
