@@ -30,6 +30,17 @@ def plot(tmp_path, *args):
     )  # fmt: skip
 
 
+def plots_alone(tmp_path, run: Path, summary: str) -> None:
+    """``run`` plots to a figure whose summary line holds ``summary``, and is refused beside an ordinary
+    ppo_or.py run (runs of other kinds are plotted apart)."""
+    out = tmp_path / "alone.png"
+    result = plot(tmp_path, run, "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert summary in result.stdout and out.stat().st_size > 10_000
+    result = plot(tmp_path, run, fake_run(tmp_path), "--out", tmp_path / "x.png")
+    assert result.returncode != 0 and "plot them apart" in result.stderr
+
+
 def test_the_peer_and_the_run_in_one_figure(tmp_path):
     run = fake_run(tmp_path)
     vs = tmp_path / "results.json"  # bench/vs_rl4co.py's rows
@@ -102,56 +113,41 @@ def test_a_priority_run_beside_the_fixed_orders(tmp_path):
                                ("eval/closest_first_arrival_rate", 0.987)):  # fmt: skip
                 writer.add_scalar(tag, value, step)
     writer.close()
-    out = tmp_path / "prio.png"
-    result = plot(tmp_path, run, "--out", out)
-    assert result.returncode == 0, result.stderr
-    assert "up to 7.0 minutes" in result.stdout and out.stat().st_size > 10_000  # 20 x (20 + 1) s
-    result = plot(tmp_path, run, fake_run(tmp_path), "--out", tmp_path / "x.png")
-    assert result.returncode != 0 and "plot them apart" in result.stderr
+    plots_alone(tmp_path, run, "up to 7.0 minutes")  # 20 x (20 + 1) s
 
 
-def test_a_multi_task_run_shows_its_validation_per_group_of_variants(tmp_path):
-    """A ppo_or.py run on the 48 variants logs its validation length per group (classic, mixed backhaul,
-    multi-depot) and no gaps: the last panel draws the three; an ordinary ppo_or.py run is plotted apart."""
+def validated_run(run: Path, evals) -> Path:
+    """A ppo_or.py run folder of 20 iterations (3 s of rollout and update each) validated every 10:
+    ``evals(step)`` gives the validation tags and their values at that step."""
     from torch.utils.tensorboard import SummaryWriter
 
-    run = tmp_path / "runs" / "mtvrp48-v0__all__1__1"
     writer = SummaryWriter(str(run))
     for step in range(1, 21):
         for tag, value in (("charts/rollout_seconds", 1.0), ("charts/update_seconds", 2.0), ("charts/tour_length", 12.0),
                            ("losses/approx_kl", 0.01), ("losses/clipfrac", 0.05), ("losses/entropy", 0.3)):  # fmt: skip
             writer.add_scalar(tag, value, step)
         if step % 10 == 0:
-            for group, value in (("classic", 11.9), ("mixed_backhaul", 12.7), ("multi_depot", 10.1)):
-                writer.add_scalar(f"eval/{group}_multi_greedy_length", value - step / 100, step)
-            writer.add_scalar("eval/multi_greedy_length", 11.1, step)
+            for tag, value in evals(step).items():
+                writer.add_scalar(tag, value, step)
     writer.close()
-    out = tmp_path / "groups.png"
-    result = plot(tmp_path, run, "--out", out)
-    assert result.returncode == 0, result.stderr
-    assert "up to 1.0 minutes, 3 validation curves" in result.stdout and out.stat().st_size > 10_000
-    result = plot(tmp_path, run, fake_run(tmp_path), "--out", tmp_path / "x.png")
-    assert result.returncode != 0 and "plot them apart" in result.stderr
+    return run
+
+
+def test_a_multi_task_run_shows_its_validation_per_group_of_variants(tmp_path):
+    """A ppo_or.py run on the 48 variants logs its validation length per group (classic, mixed backhaul,
+    multi-depot) and no gaps: the last panel draws the three; an ordinary ppo_or.py run is plotted apart."""
+    groups = {"classic": 11.9, "mixed_backhaul": 12.7, "multi_depot": 10.1}
+    run = validated_run(tmp_path / "runs" / "mtvrp48-v0__all__1__1", lambda step: {
+        **{f"eval/{group}_multi_greedy_length": value - step / 100 for group, value in groups.items()},
+        "eval/multi_greedy_length": 11.1,
+    })  # fmt: skip
+    plots_alone(tmp_path, run, "up to 1.0 minutes, 3 validation curves")
 
 
 def test_a_run_validated_by_length_only_shows_its_lengths(tmp_path):
     """A ppo_or.py run on another --distribution logs validation lengths and no gaps: the last panel draws
     its greedy and multi-greedy lengths; a run with gaps is plotted apart."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    run = tmp_path / "runs" / "vrptw-v0__solomon__1__1"
-    writer = SummaryWriter(str(run))
-    for step in range(1, 21):
-        for tag, value in (("charts/rollout_seconds", 1.0), ("charts/update_seconds", 2.0), ("charts/tour_length", 14.0),
-                           ("losses/approx_kl", 0.01), ("losses/clipfrac", 0.05), ("losses/entropy", 0.4)):  # fmt: skip
-            writer.add_scalar(tag, value, step)
-        if step % 10 == 0:
-            writer.add_scalar("eval/greedy_length", 14.5 - step / 100, step)
-            writer.add_scalar("eval/multi_greedy_length", 13.8 - step / 100, step)
-    writer.close()
-    out = tmp_path / "lengths.png"
-    result = plot(tmp_path, run, "--out", out)
-    assert result.returncode == 0, result.stderr
-    assert "up to 1.0 minutes, 2 validation curves" in result.stdout and out.stat().st_size > 10_000
-    result = plot(tmp_path, run, fake_run(tmp_path), "--out", tmp_path / "x.png")
-    assert result.returncode != 0 and "plot them apart" in result.stderr
+    run = validated_run(tmp_path / "runs" / "vrptw-v0__solomon__1__1", lambda step: {
+        "eval/greedy_length": 14.5 - step / 100, "eval/multi_greedy_length": 13.8 - step / 100,
+    })  # fmt: skip
+    plots_alone(tmp_path, run, "up to 1.0 minutes, 2 validation curves")
