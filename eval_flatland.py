@@ -43,6 +43,7 @@ import os
 import sys
 from dataclasses import dataclass
 from functools import partial
+from typing import Literal
 
 import numpy as np
 import torch
@@ -66,12 +67,23 @@ from ppoor.railway.spacetime import oracle_arrival, play_planner
 from ppoor.training.runs import MAX_SEED, MAX_THREADS, check_numbers, fail, write_json
 from ppoor.training.runtime import keep_freed_memory
 
-METRICS = (
-    "arrival_rate", "deadlock_rate", "score", "seconds_per_step", "flatland_seconds_per_step", "decisions_per_second"
+SCORES = (
+    "arrival_rate", "on_time_rate", "deadlock_rate", "normalized_score", "seconds_per_step", "max_seconds_per_step",
+    "seconds_before_first_step", "flatland_seconds_per_step",
 )  # fmt: skip
-PLANNER_METRICS = (
-    "arrival_rate", "deadlock_rate", "score", "planning_seconds", "replans", "seconds_per_step", "flatland_seconds_per_step"
-)  # fmt: skip
+"""Flatland 3's scores of every row (``railway.scores``), averaged over the maps (the largest step's seconds:
+the largest over them)."""
+METRICS = (*SCORES, "decisions_per_second")
+PLANNER_METRICS = (*SCORES, "planning_seconds", "replans")
+SUITES = {
+    "flatland3": (
+        (30, 30, 7, 2), (30, 30, 10, 2), (30, 30, 20, 3), (30, 35, 50, 3), (35, 30, 80, 5), (45, 35, 80, 7),
+        (40, 60, 80, 9), (60, 40, 80, 13), (60, 60, 80, 17), (80, 120, 100, 21), (100, 80, 100, 25),
+        (100, 100, 200, 29), (150, 150, 200, 33), (150, 150, 400, 37), (158, 158, 425, 41),
+    ),
+}  # fmt: skip
+"""The named suites (``--suite``): per test (width, height, trains, cities). ``flatland3``: Flatland 3's 15
+tests (its Round 1 environment configurations, Test_00 to Test_14)."""
 RULES = (
     "policy",
     "policy_sampled",
@@ -102,7 +114,13 @@ class Args:
     """a ppo_flatland.py checkpoint, exported weights, or a run's ckpt folder (its latest checkpoint);
     default: the shipped checkpoints/flatland/flatland35.pt"""
     sizes: tuple[str, ...] = ("25x25x5", "35x35x10", "50x50x30")
-    """map sizes WIDTHxHEIGHTxTRAINS"""
+    """map sizes WIDTHxHEIGHTxTRAINS, or WIDTHxHEIGHTxTRAINSxCITIES (default cities: one per 4 trains)"""
+    suite: Literal["flatland3"] | None = None
+    """play a named suite instead of --sizes: flatland3, Flatland 3's 15 tests (30x30 with 7 trains to 158x158
+    with 425, their cities)"""
+    flatland3: bool = True
+    """Flatland 3's rules: four speeds, malfunctions (railway.env.FLATLAND3); --no-flatland3: speed 1 and no
+    malfunctions, the NeurIPS 2020 rules"""
     episodes: int = 10
     """maps per size"""
     seed: int = 2_000_000
@@ -130,12 +148,15 @@ class Args:
     """torch CPU threads"""
 
 
-def parse_size(text: str) -> tuple[int, int, int]:
+def parse_size(text: str) -> tuple[int, int, int, int | None]:
+    """(width, height, trains, cities or None) of a --sizes entry; exits with one line when malformed."""
     try:
-        width, height, trains = (int(x) for x in text.lower().split("x"))
+        numbers = [int(x) for x in text.lower().split("x")]
+        if len(numbers) not in (3, 4):
+            raise ValueError
     except ValueError:
-        sys.exit(f"error: --sizes {text!r}: give WIDTHxHEIGHTxTRAINS, e.g. 25x25x5")
-    return width, height, trains
+        sys.exit(f"error: --sizes {text!r}: give WIDTHxHEIGHTxTRAINS or WIDTHxHEIGHTxTRAINSxCITIES, e.g. 25x25x5")
+    return (*numbers, None) if len(numbers) == 3 else tuple(numbers)
 
 
 LIMITS = {
@@ -158,10 +179,10 @@ def check_args(args: Args) -> list[tuple[int, int, int]]:
         sys.exit(f"error: --rules {' '.join(unknown)}: unknown; choose from {', '.join(RULES)}")
     if "planner_learned" in args.rules and args.priorities is None and args.rules != RULES:
         sys.exit("error: --rules planner_learned plays a learned priority order: give --priorities CHECKPOINT")
-    sizes = [parse_size(size) for size in args.sizes]
-    for width, height, trains in sizes:
+    sizes = list(SUITES[args.suite]) if args.suite else [parse_size(size) for size in args.sizes]
+    for width, height, trains, cities in sizes:
         try:
-            RailDecisionEnv(width, height, trains)
+            RailDecisionEnv(width, height, trains, cities=cities, flatland3=args.flatland3)
         except ValueError as exc:
             sys.exit(f"error: --sizes {width}x{height}x{trains}: {exc}")
     for name, path, suffix in (("--output", args.output, ".json"), ("--render", args.render, ".png")):
@@ -175,6 +196,38 @@ def check_args(args: Args) -> list[tuple[int, int, int]]:
         if not path.endswith(suffix):
             sys.exit(f"error: {name} {path}: give a {suffix} file")
     return sizes
+
+
+def attempt(play_one, *args, **kwargs) -> dict | str | None:
+    """``play_one(*args, **kwargs)``: one map's figures, or the error it ended in (one line), so that a rule
+    that fails on a map is a row that says so and the other rules and maps play on."""
+    try:
+        return play_one(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 (a baseline's own assertion is one of them)
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+
+
+def plan_map(draw, seed: int, ordering: str, seconds: float, initial) -> dict:
+    """The planner's episode on the map ``draw(seed)`` (``railway.spacetime.play_planner``)."""
+    return play_planner(draw(seed), ordering, seconds, seed, initial=initial)
+
+
+QUALITY = ("arrival_rate", "on_time_rate", "normalized_score")
+"""The scores a map that a rule failed on counts as 0 for (the other figures: over the maps it played)."""
+
+
+def averaged(played: list, seeds, keys) -> dict:
+    """The mean of each of ``keys`` over the maps of ``seeds`` (``max_seconds_per_step``: the largest); a map
+    ``played`` holds an error for (``attempt``) scores 0 in ``QUALITY`` and is listed in ``failed_maps``."""
+    done = [p for p in played if isinstance(p, dict)]
+    row = {}
+    for key in keys:
+        values = [p[key] if isinstance(p, dict) else 0.0 for p in played] if key in QUALITY else [p[key] for p in done]
+        row[key] = float(max(values) if key == "max_seconds_per_step" else np.mean(values)) if values else float("nan")
+    row["failed_maps"] = [
+        {"seed": seed, "error": p} for seed, p in zip(seeds, played, strict=True) if isinstance(p, str)
+    ]
+    return row
 
 
 def main(args: Args, given: set[str] | None = None) -> None:
@@ -208,7 +261,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         + (" (chosen with sampled actions, as the learned release plays)" if classifier is not None and sampled else "")
     )
     results = []
-    for width, height, trains in sizes:
+    for width, height, trains, cities in sizes:
         sampler = torch.Generator().manual_seed(args.seed)  # the same draws for a size whatever the others
         rules = {  # name: (rule, trains at once, release rule, safety layer, waiting allowed, veto)
             "policy": (policy_rule(policy), max_active, None, safety, wait, veto),
@@ -224,100 +277,111 @@ def main(args: Args, given: set[str] | None = None) -> None:
         if safety:  # the layer alone: the reservation check over the whole path, whatever the policy's veto
             rules[ABLATION] = (shortest_path_rule, max_active, None, True, False, "path")
         rules = {name: rule for name, rule in rules.items() if name in args.rules}
-        row = {"width": width, "height": height, "trains": trains, "episodes": args.episodes}
+        row = {"width": width, "height": height, "trains": trains, "cities": cities, "episodes": args.episodes}
+        seeds = range(args.seed, args.seed + args.episodes)
+        draw = partial(rail_env, width, height, trains, cities=cities, flatland3=args.flatland3)
         for name, (rule, active, release, guarded, waits, vetoes) in rules.items():
             drawn = name == "policy" and args.render and not results  # the first size's first map
             active = min(active, trains) if active else None
             env = RailDecisionEnv(
-                width, height, trains, max_active=active, safety=guarded, record=drawn, wait=waits, veto=vetoes
-            )
+                width, height, trains, max_active=active, cities=cities, safety=guarded, record=drawn, wait=waits,
+                veto=vetoes, flatland3=args.flatland3,
+            )  # fmt: skip
             played = []
-            for k in range(args.episodes):
-                played.append(play(env, args.seed + k, rule, depth, radius, release_rule=release))
-                if k == 0 and drawn:
+            for seed in seeds:
+                played.append(attempt(play, env, seed, rule, depth, radius, release_rule=release))
+                if drawn and seed == args.seed and isinstance(played[0], dict):
                     render_episode(args.render, env, f"policy {checkpoint.name}, map seed {args.seed}")
-                    env.record = False
-            row[name] = {metric: float(np.mean([p[metric] for p in played])) for metric in METRICS}
+                env.record = False
+            row[name] = averaged(played, seeds, METRICS)
             if name.startswith("policy"):  # the decisions where it leaves the layer's rule, summed over the maps
-                row[name]["decisions"] = sum(p["decisions"] for p in played)
-                row[name].update({key: sum(p[key] for p in played) for key in CHANGES})
+                done = [p for p in played if isinstance(p, dict)]
+                row[name].update({key: sum(p[key] for p in done) for key in ("decisions", *CHANGES)})
         if "deadlock_avoidance" in args.rules:
-            dla = [play_deadlock_avoidance(width, height, trains, args.seed + k) for k in range(args.episodes)]
+            dla = [
+                attempt(play_deadlock_avoidance, width, height, trains, seed, cities, args.flatland3) for seed in seeds
+            ]
             if dla[0] is not None:  # flatland-baselines installed
                 rules["deadlock_avoidance"] = None
-                row["deadlock_avoidance"] = {metric: float(np.mean([p[metric] for p in dla])) for metric in METRICS}
+                row["deadlock_avoidance"] = averaged(dla, seeds, METRICS)
         planners = {**PLANNERS, **({"planner_learned": "learned"} if learned is not None else {})}
-        episodes = {}  # planner rule -> its play_planner dicts, map by map
+        episodes = {}  # planner rule -> its play_planner dicts (or errors), map by map
         for name, ordering in planners.items():
             if name in args.rules:
-                maps = [rail_env(width, height, trains, args.seed + k) for k in range(args.episodes)]
                 learned_order = ordering == "learned"  # the learned order replaces the fixed one (unused then)
                 initial = partial(learned_plans, learned) if learned_order else None
                 ordering = "closest" if learned_order else ordering
-                played = [
-                    play_planner(env, ordering, args.planner_seconds, args.seed + k, initial=initial)
-                    for k, env in enumerate(maps)
+                episodes[name] = [
+                    attempt(plan_map, draw, seed, ordering, args.planner_seconds, initial) for seed in seeds
                 ]
-                rules[name], episodes[name] = None, played
-                row[name] = {key: float(np.mean([p[key] for p in played])) for key in PLANNER_METRICS}
+                rules[name], row[name] = None, averaged(episodes[name], seeds, PLANNER_METRICS)
         fixed = [name for name in PLANNERS if name in episodes]
-        if "planner_learned" in episodes and fixed:  # the best fixed order: most arrivals, then least planning
+        fixed = [name for name in fixed if all(isinstance(p, dict) for p in episodes[name])]
+        if (
+            "planner_learned" in episodes and fixed and all(isinstance(p, dict) for p in episodes["planner_learned"])
+        ):  # the best fixed order: most arrivals, then least planning
             best = max(fixed, key=lambda n: (row[n]["arrival_rate"], -row[n]["planning_seconds"]))
-            row["learned_order_vs_best_fixed"] = {"fixed": best, **lead_over(episodes["planner_learned"], episodes[best])}
+            row["learned_order_vs_best_fixed"] = {
+                "fixed": best,
+                **lead_over(episodes["planner_learned"], episodes[best]),
+            }
         if "oracle" in args.rules:
             rules["oracle"] = None
-            maps = range(args.seed, args.seed + args.episodes)
-            row["oracle"] = {"arrival_rate": float(np.mean([oracle_arrival(rail_env(width, height, trains, k)) for k in maps]))}
+            row["oracle"] = {"arrival_rate": float(np.mean([oracle_arrival(draw(seed)) for seed in seeds]))}
         results.append(row)
-        print(f"{width}x{height}, {trains} trains:")
-        for name in rules:
-            r = row[name]
-            if name == "oracle":
-                print(f"  {name:<22} arrived {r['arrival_rate']:.3f}  (each train alone, leaving at its earliest)")
-                continue
-            if name in planners:
-                print(
-                    f"  {name:<22} arrived {r['arrival_rate']:.3f}  deadlocked {r['deadlock_rate']:.3f}  "
-                    f"score {r['score']:.3f}  planning {r['planning_seconds']:.2f} s per map  "
-                    f"{1000 * r['seconds_per_step']:.1f} ms/step (Flatland's step {1000 * r['flatland_seconds_per_step']:.1f} ms)"
-                )
-                continue
-            print(
-                f"  {name:<22} arrived {r['arrival_rate']:.3f}  deadlocked {r['deadlock_rate']:.3f}  "
-                f"score {r['score']:.3f}  {1000 * r['seconds_per_step']:.1f} ms/step (Flatland's step "
-                f"{1000 * r['flatland_seconds_per_step']:.1f} ms)  {r['decisions_per_second']:,.0f} decisions/s"
-            )
-            if "decisions" in r:
-                print(
-                    f"  {'':<22} left the layer's rule at {sum(r[key] for key in CHANGES):,} of {r['decisions']:,} "
-                    f"decisions: moved where it stops {r['changed_to_move']:,}, stopped where it moves "
-                    f"{r['changed_to_stop']:,}, took the other branch {r['changed_branch']:,}"
-                )
-        if "learned_order_vs_best_fixed" in row:
-            c = row["learned_order_vs_best_fixed"]
-            print(
-                f"  planner_learned vs the best fixed order ({c['fixed']}): {c['arrival_lead']:+.3f} arrival rate "
-                f"(95% CI {c['arrival_lead_low']:+.3f} to {c['arrival_lead_high']:+.3f} over the maps), "
-                f"{c['planning_ratio']:.2f}x its planning time"
-            )
-        mine = [n for n in rules if n.startswith("policy")]
-        if not mine:
-            continue
-        mine = max(mine, key=lambda n: row[n]["arrival_rate"])
-        baselines = [n for n in rules if not n.startswith("policy") and n not in (ABLATION, "oracle")]
-        if baselines:
-            best = max(baselines, key=lambda n: row[n]["arrival_rate"])
-            row["lead_over_best_baseline"] = row[mine]["arrival_rate"] - row[best]["arrival_rate"]
-            lead = row["lead_over_best_baseline"]
-            print(f"  {mine} vs the best baseline ({best}): {lead:+.3f} arrival rate", flush=True)
-        if ABLATION in rules:
-            row["lead_over_safety_layer_alone"] = row[mine]["arrival_rate"] - row[ABLATION]["arrival_rate"]
-            print(f"  {mine} vs the safety layer alone: {row['lead_over_safety_layer_alone']:+.3f} arrival rate")
+        report(row, rules, planners)
     if args.output:
         write_json(args.output, results, indent=2)
         print(f"wrote {args.output}")
     if args.render:
         print(f"wrote {args.render}")
+
+
+def report(row: dict, rules, planners) -> None:
+    """Prints one size's rows (``rules``: the rules played, in order; ``planners``: the planner rules) and
+    the policy's leads, which it adds to ``row``."""
+    print(f"{row['width']}x{row['height']}, {row['trains']} trains:")
+    for name in rules:
+        r = row[name]
+        if name == "oracle":
+            print(f"  {name:<22} arrived {r['arrival_rate']:.3f}  (each train alone, leaving at its earliest)")
+            continue
+        line = (
+            f"  {name:<22} arrived {r['arrival_rate']:.3f}  on time {r['on_time_rate']:.3f}  deadlocked "
+            f"{r['deadlock_rate']:.3f}  normalized score {r['normalized_score']:.3f}  computing "
+            f"{r['seconds_before_first_step']:.2f} s before the first step, {1000 * r['seconds_per_step']:.1f} ms a "
+            f"step (largest {r['max_seconds_per_step']:.2f} s)  Flatland's step {1000 * r['flatland_seconds_per_step']:.1f} ms"
+        )
+        if name not in planners:
+            line += f"  {r['decisions_per_second']:,.0f} decisions/s"
+        print(line)
+        for failure in r["failed_maps"]:
+            print(f"  {'':<22} failed on map {failure['seed']} (scored 0): {failure['error']}")
+        if "decisions" in r:
+            print(
+                f"  {'':<22} left the layer's rule at {sum(r[key] for key in CHANGES):,} of {r['decisions']:,} "
+                f"decisions: moved where it stops {r['changed_to_move']:,}, stopped where it moves "
+                f"{r['changed_to_stop']:,}, took the other branch {r['changed_branch']:,}"
+            )
+    if "learned_order_vs_best_fixed" in row:
+        c = row["learned_order_vs_best_fixed"]
+        print(
+            f"  planner_learned vs the best fixed order ({c['fixed']}): {c['arrival_lead']:+.3f} arrival rate "
+            f"(95% CI {c['arrival_lead_low']:+.3f} to {c['arrival_lead_high']:+.3f} over the maps), "
+            f"{c['planning_ratio']:.2f}x its planning time"
+        )
+    mine = [n for n in rules if n.startswith("policy")]
+    if not mine:
+        return
+    mine = max(mine, key=lambda n: row[n]["arrival_rate"])
+    baselines = [n for n in rules if not n.startswith("policy") and n not in (ABLATION, "oracle")]
+    if baselines:
+        best = max(baselines, key=lambda n: row[n]["arrival_rate"])
+        row["lead_over_best_baseline"] = row[mine]["arrival_rate"] - row[best]["arrival_rate"]
+        print(f"  {mine} vs the best baseline ({best}): {row['lead_over_best_baseline']:+.3f} arrival rate", flush=True)
+    if ABLATION in rules:
+        row["lead_over_safety_layer_alone"] = row[mine]["arrival_rate"] - row[ABLATION]["arrival_rate"]
+        print(f"  {mine} vs the safety layer alone: {row['lead_over_safety_layer_alone']:+.3f} arrival rate")
 
 
 def cli() -> None:

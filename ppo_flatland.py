@@ -465,7 +465,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     if result:
         print(
             f"final: {'sampled' if args.eval_sample else 'greedy'} policy on {args.eval_episodes} validation maps: arrival rate {result['arrival_rate']:.3f}, "
-            f"deadlock rate {result['deadlock_rate']:.3f}, score {result['score']:.3f}; checkpoint {path}",
+            f"deadlock rate {result['deadlock_rate']:.3f}, normalized score {result['normalized_score']:.3f}; checkpoint {path}",
             flush=True,
         )
     else:

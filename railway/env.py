@@ -61,16 +61,18 @@ __all__ = ["ACTIONS", "LEFT", "RIGHT", "STOP", "RailDecisionEnv", "check_map", "
 DISTANCE_REWARD, DEADLOCK_PENALTY, ARRIVAL_REWARD = 0.01, -5.0, 10.0
 
 
-def check_map(width: int, height: int, trains: int, cities: int | None = None) -> int:
+def check_map(width: int, height: int, trains: int, cities: int | None = None, flatland3: bool = False) -> int:
     """Checks a map's arguments without drawing it; returns the number of cities (default: one per 4
     trains, at least 2: each city has up to 4 station tracks). Raises ValueError with one line when
-    the map is too small or the cities' station tracks cannot hold the trains."""
+    the map is too small or, without Flatland 3's timetables (``flatland3``: trains leave a station track one
+    after another, so Flatland 3's tests put up to 17 trains in a city), the cities' station tracks cannot
+    hold the trains."""
     if min(width, height) < 20:
         raise ValueError(f"map {width}x{height}: Flatland's sparse generator needs at least 20x20 cells")
     cities = cities if cities is not None else max(2, -(-trains // 4))
     if trains < 1:
         raise ValueError(f"trains must be at least 1, got {trains}")
-    if trains > 4 * cities:  # the generator's station tracks: 2 x max_rail_pairs_in_city per city
+    if trains > 4 * cities and not flatland3:  # the generator's station tracks: 2 x max_rail_pairs_in_city per city
         raise ValueError(
             f"{trains} trains do not fit {cities} cities of 4 station tracks each: use at most {4 * cities} trains "
             "or more cities"
@@ -78,24 +80,46 @@ def check_map(width: int, height: int, trains: int, cities: int | None = None) -
     return cities
 
 
-def rail_env(width: int, height: int, trains: int, seed: int, cities: int | None = None):
-    """A Flatland RailEnv on a sparse generated map (the challenge's generator), speed 1, no
-    malfunctions, ``cities`` as ``check_map`` says. Raises ValueError with one line on impossible
-    arguments."""
+RULES = ("flatland2", "flatland3")
+"""The simulator's rules: ``flatland2`` (speed 1, no malfunctions: the NeurIPS 2020 rules) and ``flatland3``
+(Flatland 3's: four speeds, malfunctions; ``FLATLAND3``)."""
+FLATLAND3 = {
+    "speeds": {1.0: 0.25, 1 / 2: 0.25, 1 / 3: 0.25, 1 / 4: 0.25},
+    "malfunction_interval": 540,
+    "malfunction_duration": (20, 50),
+}
+"""Flatland 3's rules as its tests set them (flatland-rl's ``env_generation.env_generator`` defaults, from
+Flatland 3's Test_00): a quarter of the trains at each speed 1, 1/2, 1/3 and 1/4 (a train at speed 1/k needs k
+steps per cell), and malfunctions at a rate of one per ``malfunction_interval`` steps a train, each stopping the
+train for 20 to 50 steps. The timetable (earliest departure, latest arrival, step limit) is flatland-rl's own."""
+
+
+def rail_env(width: int, height: int, trains: int, seed: int, cities: int | None = None, flatland3: bool = False):
+    """A Flatland RailEnv on a sparse generated map (the challenge's generator), ``cities`` as ``check_map``
+    says; under Flatland 3's rules (``FLATLAND3``: four speeds, malfunctions) with ``flatland3``, else speed 1
+    and no malfunctions. Raises ValueError with one line on impossible arguments."""
     from flatland.envs.line_generators import sparse_line_generator
+    from flatland.envs.malfunction_generators import MalfunctionParameters, ParamMalfunctionGen
     from flatland.envs.rail_env import RailEnv
     from flatland.envs.rail_generators import sparse_rail_generator
 
-    cities = check_map(width, height, trains, cities)
+    cities = check_map(width, height, trains, cities, flatland3)
     forget_maps()  # the maps drawn before live on in Flatland's method caches otherwise
+    rules = {}
+    if flatland3:
+        low, high = FLATLAND3["malfunction_duration"]
+        rate = 1.0 / FLATLAND3["malfunction_interval"]
+        parameters = MalfunctionParameters(malfunction_rate=rate, min_duration=low, max_duration=high)
+        rules = {"malfunction_generator": ParamMalfunctionGen(parameters)}
     env = RailEnv(
         width=width,
         height=height,
         rail_generator=sparse_rail_generator(
             max_num_cities=cities, grid_mode=False, max_rails_between_cities=2, max_rail_pairs_in_city=2
         ),
-        line_generator=sparse_line_generator(),
+        line_generator=sparse_line_generator(FLATLAND3["speeds"] if flatland3 else None),
         number_of_agents=trains,
+        **rules,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -149,6 +173,7 @@ class RailDecisionEnv:
         record: bool = False,
         wait: bool = False,
         veto: str = "path",
+        flatland3: bool = False,
     ):
         if max_active is not None and max_active < 1:
             raise ValueError(f"max_active must be at least 1, got {max_active}")
@@ -157,12 +182,13 @@ class RailDecisionEnv:
         if veto != "path" and not safety:
             raise ValueError(f"veto {veto!r} is a setting of the safety layer: it needs safety=True")
         self.width, self.height, self.trains, self.cities = width, height, trains, cities
+        self.flatland3 = flatland3  # Flatland 3's rules (``rail_env``)
         self.max_active = max_active or trains
         self.safety, self.veto = safety, veto
         self.wait = wait or veto == "segment"  # under the segment veto stopping is always the policy's choice
         self.record = record  # keep every train's cell after each simulator step in ``paths`` (for pictures)
         self.paths = None
-        check_map(width, height, trains, cities)  # fails early on impossible arguments
+        check_map(width, height, trains, cities, flatland3)  # fails early on impossible arguments
         self.env, self.release_rule = None, None
 
     # -- episode -------------------------------------------------------------------------------
@@ -174,7 +200,7 @@ class RailDecisionEnv:
 
         self.release_rule = release_rule
         self.paths = [] if self.record else None  # per simulator step: each train's (row, col) or None
-        self.env = rail_env(self.width, self.height, self.trains, seed, self.cities)
+        self.env = rail_env(self.width, self.height, self.trains, seed, self.cities, self.flatland3)
         self.distances = distance_maps(self.env)  # [T, H, W, 4]
         self.ids = np.random.default_rng(seed).random(self.trains) if ids is None else np.asarray(ids, dtype=float)
         self.book = PathBook(self)

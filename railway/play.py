@@ -11,6 +11,7 @@ import time
 import numpy as np
 import torch
 from ppoor.railway.policy import POLICY_INPUTS
+from ppoor.railway.scores import episode_scores, normalized_score
 from ppoor.railway.track import LEFT, RIGHT, STOP, occupancy
 from ppoor.railway.tree import observe, train_observation
 
@@ -78,15 +79,18 @@ the prior stops, stops where the prior moves, or takes the other branch."""
 
 
 def play(wrapper, seed: int, rule, depth: int, radius: int, release_order=None, release_rule=None) -> dict:
-    """One episode of ``wrapper`` on map ``seed`` with ``rule``: arrival_rate, deadlock_rate, score
-    (Flatland's normalized score), seconds_per_step (wall time per simulator step, decisions
-    included), flatland_seconds_per_step (the simulator's own step alone), decisions_per_second (train
-    decisions over the episode's wall time), decisions, simulator_steps, and the rule's decisions that
-    differ from the observation's prior, by kind (``CHANGES``: counts)."""
+    """One episode of ``wrapper`` on map ``seed`` with ``rule``: Flatland 3's scores
+    (``railway.scores.episode_scores``; the rule's seconds at a step: the decision env's work between two
+    simulator steps, observation and decisions included), decisions_per_second (train decisions over the
+    episode's wall time), decisions, and the rule's decisions that differ from the observation's prior, by
+    kind (``CHANGES``: counts)."""
     start = time.perf_counter()
     wrapper.reset(seed, release_order, release_rule)
+    first = time.perf_counter() - start
     changes = dict.fromkeys(CHANGES, 0)
+    step_times = []
     while not wrapper.done:
+        tick, steps, inside = time.perf_counter(), wrapper.simulator_steps, wrapper.simulator_seconds
         obs = observe(wrapper, depth, wrapper.ids, radius)
         actions = rule(obs, wrapper)
         mine, prior = actions[obs["deciding"]], obs["prior"][obs["deciding"]].argmax(-1)
@@ -94,56 +98,47 @@ def play(wrapper, seed: int, rule, depth: int, radius: int, release_order=None, 
         changes["changed_to_stop"] += int(((prior != STOP) & (mine == STOP)).sum())
         changes["changed_branch"] += int(((prior != STOP) & (mine != STOP) & (mine != prior)).sum())
         wrapper.step(actions)
+        taken = max(wrapper.simulator_steps - steps, 1)  # the call's work is spread over its simulator steps
+        step_times += [(time.perf_counter() - tick - (wrapper.simulator_seconds - inside)) / taken] * taken
     seconds = time.perf_counter() - start
-    steps, simulator_seconds = wrapper.simulator_steps, wrapper.simulator_seconds  # before score() runs on
-    return {
-        "arrival_rate": float(wrapper.arrived.mean()),
-        "deadlock_rate": float(wrapper.deadlocked.mean()),
-        "score": wrapper.score(),
-        "seconds_per_step": seconds / max(steps, 1),
-        "flatland_seconds_per_step": simulator_seconds / max(steps, 1),
-        "decisions_per_second": wrapper.decisions / seconds,
-        "decisions": wrapper.decisions,
-        "simulator_steps": steps,
-        **changes,
-    }
+    simulator_seconds = wrapper.simulator_seconds  # before score() runs on
+    normalized = wrapper.score()
+    deadlocked = set(np.flatnonzero(wrapper.deadlocked))
+    scores = episode_scores(wrapper.env, normalized, deadlocked, first, step_times, simulator_seconds)
+    return {**scores, "decisions_per_second": wrapper.decisions / seconds, "decisions": wrapper.decisions, **changes}
 
 
-def play_deadlock_avoidance(width: int, height: int, trains: int, seed: int, cities: int | None = None) -> dict | None:
+def play_deadlock_avoidance(
+    width: int, height: int, trains: int, seed: int, cities: int | None = None, flatland3: bool = False
+) -> dict | None:
     """flatland-baselines' deadlock-avoidance heuristic (DeadLockAvoidancePolicy, default settings) on
-    the raw simulator of map ``seed``, acting for every train at every step; the same figures as
-    ``play`` (its decisions: one per train per step). None when flatland-baselines is not installed."""
+    the raw simulator of map ``seed`` (``railway.env.rail_env``'s arguments), acting for every train at
+    every step; the same figures as ``play`` (its decisions: one per train per step). None when
+    flatland-baselines is not installed."""
     try:
         from flatland_baselines.deadlock_avoidance_heuristic.policy.deadlock_avoidance_policy import (
             DeadLockAvoidancePolicy,
         )
     except ImportError:
         return None
-    from flatland.envs.step_utils.states import TrainState
     from ppoor.railway.env import rail_env
     from ppoor.railway.track import deadlocked_trains
 
     start = time.perf_counter()
-    env = rail_env(width, height, trains, seed, cities)
+    env = rail_env(width, height, trains, seed, cities, flatland3)
     policy = DeadLockAvoidancePolicy(seed=seed)
-    rewards, deadlocked, steps, simulator_seconds = np.zeros(trains), set(), 0, 0.0
+    first = time.perf_counter() - start
+    rewards, deadlocked, simulator_seconds, step_times = np.zeros(trains), set(), 0.0, []
     while not env.dones["__all__"]:
+        tick = time.perf_counter()
         actions = policy.act_many(list(range(trains)), [env] * trains)
-        step_start = time.perf_counter()
+        step_times.append(time.perf_counter() - tick)
+        tick = time.perf_counter()
         _, step_rewards, _, _ = env.step(actions)
-        simulator_seconds += time.perf_counter() - step_start
+        simulator_seconds += time.perf_counter() - tick
         rewards += np.array([step_rewards[h] for h in range(trains)])
         deadlocked |= deadlocked_trains(env)
-        steps += 1
     seconds = time.perf_counter() - start
-    arrived = np.array([agent.state == TrainState.DONE for agent in env.agents])
-    return {
-        "arrival_rate": float(arrived.mean()),
-        "deadlock_rate": len(deadlocked - set(np.flatnonzero(arrived))) / trains,
-        "score": float(env.rewards.normalize(*rewards, num_agents=trains, max_episode_steps=env._max_episode_steps)),
-        "seconds_per_step": seconds / max(steps, 1),
-        "flatland_seconds_per_step": simulator_seconds / max(steps, 1),
-        "decisions_per_second": steps * trains / seconds,
-        "decisions": steps * trains,
-        "simulator_steps": steps,
-    }
+    scores = episode_scores(env, normalized_score(env, rewards), deadlocked, first, step_times, simulator_seconds)
+    decisions = len(step_times) * trains
+    return {**scores, "decisions_per_second": decisions / seconds, "decisions": decisions}

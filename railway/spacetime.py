@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from ppoor.railway.scores import episode_scores, normalized_score
 from ppoor.railway.track import (
     DO_NOTHING,
     MOVE_FORWARD,
@@ -82,6 +83,8 @@ class Track:
         # ready to depart after the step that reaches the earliest departure (step 1 at the soonest), on the
         # map one step later
         self.earliest = [max(int(agent.earliest_departure), 1) + 1 for agent in env.agents]
+        self.latest = [int(agent.latest_arrival) for agent in env.agents]
+        self.cell_steps = [steps_per_cell(agent.speed_counter.max_speed) for agent in env.agents]
 
     def moves(self, cell: tuple, heading: int) -> list:
         """[(next cell, heading there)] of the exits from ``cell`` entered heading ``heading``."""
@@ -97,7 +100,16 @@ class Track:
     def alone_arrival(self, handle: int) -> float:
         """The step the train would arrive alone on the map, leaving at its earliest (inf: never)."""
         (cell, heading), enter = self.starts[handle], self.earliest[handle]
-        return enter + self.distance(handle, cell, heading)
+        return enter + self.cell_steps[handle] * self.distance(handle, cell, heading)
+
+
+def steps_per_cell(speed) -> int:
+    """The steps a train of ``speed`` (Flatland's fraction of a cell per step: 1, 1/2, 1/3, ...) spends in
+    each cell it passes. Raises ValueError for a speed that is not 1/k: its steps per cell would vary."""
+    k = round(1 / float(speed))
+    if k < 1 or abs(float(speed) * k - 1) > 1e-9:
+        raise ValueError(f"a train's speed must be 1/k for a whole k (Flatland 3's 1, 1/2, 1/3, 1/4), got {speed}")
+    return k
 
 
 class Reservations:
@@ -151,18 +163,23 @@ class Reservations:
                 del self.by_cell[cell][plan.start + k]
 
 
-def search(track: Track, book: Reservations, handle: int, t0: int, at, limit: int) -> Plan | None:
+def search(
+    track: Track, book: Reservations, handle: int, t0: int, at, limit: int, ready: int | None = None
+) -> Plan | None:
     """Safe-interval path planning (SIPP) for train ``handle`` from step ``t0``: ``at`` its (cell,
     heading) on the map at t0, or None when it is off the map (it enters at the earliest at max(t0 + 1,
-    its earliest step)). Returns a path that arrives soonest within the step limit without breaking a
-    reservation, or None when there is none (or ``limit`` states were expanded first).
+    its earliest step, ``ready``)). ``ready``: the first step it may be in its next cell (on the map) or
+    enter (off it); default t0 + 1 (the train at the end of its cell, not broken). A train of speed 1/k
+    stays k steps in each cell (``Track.cell_steps``). Returns a path that arrives soonest within the step
+    limit without breaking a reservation, or None when there is none (or ``limit`` states were expanded first).
 
     A* over (cell, heading, safe interval of the cell) instead of over every step: each state is
     reached at its earliest step, waiting inside a safe interval is free, so a move leaves at the
     first step from which it enters a safe interval of the next cell and swaps with nobody. Its
     arrival step equals that of A* over every (cell, heading, step) (the tests compare the two)."""
-    target, horizon = track.targets[handle], track.max_steps
+    target, horizon, k = track.targets[handle], track.max_steps, track.cell_steps[handle]
     dist, row = track.flat_distances(handle), 4 * track.env.width  # Python floats: the inner loop reads them
+    ready = t0 + 1 if ready is None else max(ready, t0 + 1)
     intervals: dict = {}  # cell -> its safe intervals for this train
 
     def safe(cell):
@@ -171,7 +188,7 @@ def search(track: Track, book: Reservations, handle: int, t0: int, at, limit: in
             runs = intervals[cell] = book.safe_intervals(cell, handle)
         return runs
 
-    tie = itertools.count()
+    tie, origin = itertools.count(), None
     reached: dict = {}  # (cell, heading, safe interval's first, last step) -> (step reached, parent state, step left)
     frontier: list = []
 
@@ -181,17 +198,19 @@ def search(track: Track, book: Reservations, handle: int, t0: int, at, limit: in
             heapq.heappush(frontier, (t + h, -t, next(tie), state, t))
 
     if at is None:
-        (cell, heading), enter_from = track.starts[handle], max(t0 + 1, track.earliest[handle])
-        h = dist[cell[0] * row + cell[1] * 4 + heading]
+        (cell, heading), enter_from = track.starts[handle], max(ready, track.earliest[handle])
+        h = k * dist[cell[0] * row + cell[1] * 4 + heading]
         for first, last in safe(cell):  # it may wait off the map for any interval of its start cell
             if last >= enter_from:
                 push((cell, heading, first, last), max(first, enter_from), h, None, None)
     else:
-        (cell, heading), h = at, dist[at[0][0] * row + at[0][1] * 4 + at[1]]
+        (cell, heading), h = at, k * dist[at[0][0] * row + at[0][1] * 4 + at[1]]
         # t0 itself may be taken (a replan after the simulator departed from the plan): then it may wait
-        # on only into a run of free steps from t0 + 1, or move on
+        # on only into a run of free steps from t0 + 1, or move on; it must hold its cell until ``ready``
         first, last = next(((a, b) for a, b in safe(cell) if a <= t0 + 1 and t0 <= b), (t0, t0))
-        push((cell, heading, first, last), t0, h, None, None)
+        origin = (cell, heading, first, last)
+        if ready - 1 <= last:
+            push(origin, t0, max(h + ready - t0 - k, 0), None, None)
     expanded = 0
     while frontier and expanded < limit:
         _, _, _, state, t = heapq.heappop(frontier)
@@ -201,14 +220,16 @@ def search(track: Track, book: Reservations, handle: int, t0: int, at, limit: in
         cell, heading, _, last = state  # it may wait here up to step ``last``
         if cell == target:
             return unroll(handle, state, reached, at is None)
+        first_leave = ready - 1 if state == origin and t == t0 else t + k - 1  # k steps in a cell, moving
         for to, way in track.moves(cell, heading):
             h = dist[to[0] * row + to[1] * 4 + way]
             if h == INF:
                 continue
+            h *= k
             for start, end in safe(to):
-                if start > last + 1 or max(t + 1, start) + h > horizon:
+                if start > last + 1 or max(first_leave + 1, start) + h > horizon:
                     break
-                leave = max(t, start - 1)
+                leave = max(first_leave, start - 1)
                 while leave <= min(last, end - 1):  # the first step to leave on that swaps with nobody
                     if not book.swap(cell, to, leave, handle):
                         push((to, way, start, end), leave + 1, h, state, leave)
@@ -253,6 +274,7 @@ class Planner:
         self.book = Reservations()
         self.plans: dict[int, Plan] = {}
         self.failed: list[int] = []
+        self.ready: dict[int, int] = {}  # handle -> the first step it may move on (a broken or slow train)
         self.searches = 0
 
     def order(self, ordering: str, handles) -> list[int]:
@@ -265,31 +287,48 @@ class Planner:
 
     def plan(self, order: list[int], t0: int, at: dict) -> None:
         """Plans the trains of ``order`` one after another from step ``t0`` (``at``: handle -> (cell,
-        heading) of those on the map, absent for those off it), each around those planned before."""
+        heading) of those on the map, absent for those off it), each around those planned before. A
+        train on the map that no path fits is parked: it holds its cell from t0 on."""
         for handle in order:
             self.searches += 1
-            plan = search(self.track, self.book, handle, t0, at.get(handle), self.limit)
+            plan = search(self.track, self.book, handle, t0, at.get(handle), self.limit, self.ready.get(handle))
             if plan is None:
                 self.failed.append(handle)
+                if handle in at:
+                    self.book.parked[at[handle][0]] = (handle, t0)
             else:
                 self.plans[handle] = plan
                 self.book.add(plan)
 
     def drop(self, handles) -> None:
+        """Forgets the plans of ``handles`` (and their parking): they are to be planned again."""
+        handles = set(handles)
         for handle in handles:
             if handle in self.plans:
                 self.book.remove(self.plans.pop(handle))
             if handle in self.failed:
                 self.failed.remove(handle)
+        self.book.parked = {cell: park for cell, park in self.book.parked.items() if park[0] not in handles}
+
+    def crossing_parked(self) -> set:
+        """The trains whose planned paths enter a parked train's cell while it is parked there."""
+        return {
+            h for cell, (parker, since) in self.book.parked.items()
+            for s, h in self.book.by_cell.get(cell, {}).items() if s >= since and h != parker
+        }  # fmt: skip
 
     @property
     def planned_share(self) -> float:
         """The share of the map's trains with a path (each arrives: the simulator carries plans out)."""
         return len(self.plans) / self.track.trains
 
-    def objective(self) -> tuple[int, int]:
-        """(trains planned to arrive, minus the sum of their arrival steps): larger is better."""
-        return len(self.plans), -sum(plan.arrival for plan in self.plans.values())
+    def objective(self) -> tuple[int, int, int]:
+        """(trains planned to arrive, minus the steps they arrive after their latest arrival, minus the sum
+        of their arrival steps): larger is better. The lateness is what Flatland 3's score charges an
+        arrived train."""
+        latest = self.track.latest
+        late = sum(max(plan.arrival - latest[plan.handle], 0) for plan in self.plans.values())
+        return len(self.plans), -late, -sum(plan.arrival for plan in self.plans.values())
 
     def repair(self, t0: int, at: dict, deadline: float, size: int = 4) -> int:
         """Large-neighbourhood search over the priorities until ``deadline`` (time.perf_counter): a failed
@@ -300,14 +339,12 @@ class Planner:
         while self.failed and time.perf_counter() < deadline:
             handle = self.failed[int(self.rng.integers(len(self.failed)))]
             cells = free_path_cells(self.track, handle, at.get(handle))
-            holders = {h for h in self.book.holders(cells) if h in self.plans}
-            holders -= {h for h in holders if self.plans[h].start < t0 or h in at and not self.plans[h].enters}
-            holders = sorted(holders)
+            holders = sorted(h for h in self.book.holders(cells) if h in self.plans and h != handle)
             chosen = [holders[i] for i in self.rng.permutation(len(holders))[:size]]
-            before, saved = self.objective(), {h: self.plans[h] for h in chosen}
+            before, saved, parked = self.objective(), {h: self.plans[h] for h in chosen}, dict(self.book.parked)
             self.drop([handle, *chosen])
             self.plan([handle, *chosen], t0, at)
-            if self.objective() > before:
+            if self.objective() > before and not self.crossing_parked():
                 kept += 1
                 continue
             self.drop([handle, *chosen])  # undo: the old plans back, the train failed again
@@ -315,13 +352,16 @@ class Planner:
                 self.plans[plan.handle] = plan
                 self.book.add(plan)
             self.failed.append(handle)
+            self.book.parked = parked
         return kept
 
 
-def actions_at(track: Track, plans: dict, t: int, on_map: dict) -> dict:
+def actions_at(track: Track, plans: dict, t: int, on_map: dict, at_exit: set | None = None) -> dict:
     """The simulator's action of every train for step t + 1: along its plan (MOVE_FORWARD to enter, a
     move to its next cell, STOP_MOVING to wait on the track), STOP_MOVING for a train on the map with
-    no plan, DO_NOTHING off the map."""
+    no plan, DO_NOTHING off the map. A slow train planned to stay in its cell moves on through it
+    (towards its next planned cell) while it is not at the cell's end (``at_exit``: the trains that would
+    leave their cell if they moved at t + 1; default all), so that it waits at the end."""
     out = {}
     for handle in range(track.trains):
         plan = plans.get(handle)
@@ -331,12 +371,44 @@ def actions_at(track: Track, plans: dict, t: int, on_map: dict) -> dict:
         elif now is None:
             out[handle] = MOVE_FORWARD
         elif then[0] == now[0]:
-            out[handle] = STOP_MOVING
-        elif len(track.moves(*now)) == 1:
-            out[handle] = MOVE_FORWARD
+            if at_exit is None or handle in at_exit:
+                out[handle] = STOP_MOVING
+                continue
+            step = t + 1
+            while step < plan.arrival and plan.at(step)[0] == now[0]:
+                step += 1
+            out[handle] = move_action(track, now, plan.at(step))
         else:
-            out[handle] = simulator_action(now[1], then[1])
+            out[handle] = move_action(track, now, then)
     return out
+
+
+def move_action(track: Track, now: tuple, then: tuple) -> int:
+    """The simulator's action that takes a train at (cell, heading) ``now`` into ``then``'s cell."""
+    return MOVE_FORWARD if len(track.moves(*now)) == 1 else simulator_action(now[1], then[1])
+
+
+def moving_state(env, t: int) -> tuple[dict, set]:
+    """({handle: the first step it may be in its next cell (on the map) or enter (off it)} of the trains
+    that cannot move at t + 1 as a train at the end of its cell would: broken (Flatland's malfunction
+    down counter: it holds its cell for that many steps) or part way through a cell at speed 1/k, the
+    trains at the end of their cell, as ``actions_at`` reads them)."""
+    from flatland.envs.step_utils.states import TrainState
+
+    ready, at_exit = {}, set()
+    for agent in env.agents:
+        if agent.state == TrainState.DONE:
+            continue
+        broken = agent.malfunction_handler.malfunction_down_counter
+        counter = agent.speed_counter
+        left = 1
+        if agent.current_configuration is not None:
+            left = round((1 - counter.distance) / counter.max_speed)  # moving steps to the cell's end
+            if left == 1:
+                at_exit.add(agent.handle)
+        if broken or left > 1:
+            ready[agent.handle] = t + broken + left
+    return ready, at_exit
 
 
 def positions(env) -> tuple[dict, set]:
@@ -379,73 +451,94 @@ def initial_plans(track: Track, ordering: str, seconds: float, rng: np.random.Ge
 
 
 def play_planner(
-    env, ordering: str = "random", seconds: float = 10.0, seed: int = 0, disturb=None, initial=None
+    env,
+    ordering: str = "random",
+    seconds: float = 10.0,
+    seed: int = 0,
+    disturb=None,
+    initial=None,
+    step_seconds: float = 1.0,
 ) -> dict:
     """One episode of the RailEnv ``env`` (just reset) run by the planner: plans with ``ordering`` (by
     default random restarts, the best fixed order on the test maps) and the repair within ``seconds``
     (``initial``: a callable (track, seconds, rng) -> Planner that plans instead, such as a learned
-    order's, ``railway.priorities.learned_plans``), then steps the simulator along the plans,
-    replanning the trains it moved otherwise (``disturb``: an optional callable (step, actions) ->
-    actions that overrides some, as a malfunction would) and retrying the trains without a path
-    whenever a train arrives (one on the map with no path holds its cell meanwhile). Returns
-    arrival_rate, deadlock_rate (0: planned trains never block each other for good), score (Flatland's
-    normalized score), planning_seconds (the episode's planning: initial, repair and replanning),
-    replans (trains replanned after leaving their plan), planned (trains with a path at step 0),
-    seconds_per_step, flatland_seconds_per_step, simulator_steps."""
+    order's, ``railway.priorities.learned_plans``), then steps the simulator along the plans (``replan``:
+    the trains it moved otherwise, those a malfunction stopped and those they block; ``disturb``: an
+    optional callable (step, actions) -> actions that overrides some, as an outside fault would),
+    retrying the trains without a path whenever a train arrives (one on the map with no path holds its
+    cell meanwhile) and repairing for at most ``step_seconds`` a step. Returns ``episode_scores`` with
+    planning_seconds (the episode's planning: initial, repair and replanning), replans (trains replanned
+    after leaving their plan or broken), planned (trains with a path at step 0)."""
     if ordering not in ORDERINGS:
         raise ValueError(f"ordering must be one of {', '.join(ORDERINGS)}, got {ordering!r}")
     if not seconds > 0:
         raise ValueError(f"the planning time must be positive, got {seconds}")
+    if not step_seconds > 0:
+        raise ValueError(f"the planning time per step must be positive, got {step_seconds}")
     from ppoor.railway.track import deadlocked_trains
 
     start = time.perf_counter()
     track = Track(env)
     rng = np.random.default_rng(seed)
     planner = initial(track, seconds, rng) if initial else initial_plans(track, ordering, seconds, rng)
-    planned, planning, replans = len(planner.plans), time.perf_counter() - start, 0
-    rewards, steps, simulator_seconds, arrived_before = np.zeros(track.trains), 0, 0.0, 0
+    planned, replans, first = len(planner.plans), 0, time.perf_counter() - start
+    rewards, simulator_seconds, arrived_before = np.zeros(track.trains), 0.0, 0
+    step_times: list[float] = []
     deadlocked: set = set()
     while not env.dones["__all__"]:
+        tick = time.perf_counter()
         t = env._elapsed_steps
         on_map, done = positions(env)
-        off_plan = [
-            h for h in range(track.trains)
-            if h not in done and (on_map.get(h) != (planner.plans[h].at(t) if h in planner.plans else on_map.get(h)))
-        ]  # fmt: skip
-        retry = [h for h in planner.failed if h not in done and h not in off_plan] if len(done) > arrived_before else []
-        if off_plan or retry:
-            tick = time.perf_counter()
-            replans += len(off_plan)
-            planner.drop(off_plan + retry)
-            planner.book.parked = {c: (h, s) for c, (h, s) in planner.book.parked.items() if h not in off_plan + retry}
-            planner.plan(sorted(off_plan + retry, key=lambda h: h not in on_map), t, on_map)  # those on the map first
-            for h in planner.failed:
-                if h in on_map:  # no path from where it stands: it holds its cell until a train arrives
-                    planner.book.parked[on_map[h][0]] = (h, t)
-            planning += time.perf_counter() - tick
-            arrived_before = len(done)
-        actions = actions_at(track, planner.plans, t, on_map)
+        planner.ready, at_exit = moving_state(env, t)
+        arrived, arrived_before = len(done) > arrived_before, len(done)
+        replans += replan(planner, t, on_map, done, arrived, tick + step_seconds)
+        actions = actions_at(track, planner.plans, t, on_map, at_exit)
         if disturb is not None:
             actions = disturb(t + 1, actions)
+        step_times.append(time.perf_counter() - tick)
         tick = time.perf_counter()
         _, step_rewards, _, _ = env.step(actions)
         simulator_seconds += time.perf_counter() - tick
         rewards += np.array([step_rewards[h] for h in range(track.trains)])
         deadlocked |= deadlocked_trains(env)
-        steps += 1
-    seconds_spent = time.perf_counter() - start
-    _, done = positions(env)
-    return {
-        "arrival_rate": len(done) / track.trains,
-        "deadlock_rate": len(deadlocked - done) / track.trains,
-        "score": float(env.rewards.normalize(*rewards, num_agents=track.trains, max_episode_steps=track.max_steps)),
-        "planning_seconds": planning,
-        "replans": replans,
-        "planned": planned,
-        "seconds_per_step": seconds_spent / max(steps, 1),
-        "flatland_seconds_per_step": simulator_seconds / max(steps, 1),
-        "simulator_steps": steps,
-    }
+    scores = episode_scores(env, normalized_score(env, rewards), deadlocked, first, step_times, simulator_seconds)
+    return {**scores, "planning_seconds": first + sum(step_times), "replans": replans, "planned": planned}
+
+
+def replan(planner: Planner, t: int, on_map: dict, done: set, arrived: bool, deadline: float) -> int:
+    """Brings the plans in line with the simulator at step t: replans the trains it moved otherwise than
+    planned, the broken ones whose plans move before they can (``Planner.ready``), the trains whose
+    reservations a broken train's held cell now blocks, and (when a train ``arrived``) the trains with
+    no path; a broken train first, then those on the map. A train on the map left without a path holds
+    its cell; the repair runs on while trains lack one, until ``deadline``. Returns the trains replanned."""
+    plans, ready = planner.plans, planner.ready
+
+    def broken(h):
+        plan, hold = plans.get(h), ready[h]
+        if plan is None:
+            return False
+        if h not in on_map:
+            return plan.start < hold
+        return plan.at(hold - 1) is None or plan.at(hold - 1)[0] != on_map[h][0]
+
+    off_plan = {h for h, plan in plans.items() if h not in done and on_map.get(h) != plan.at(t)}
+    off_plan |= {h for h in on_map if h not in plans and h not in planner.failed and h not in done}
+    stopped = {h for h in ready if h not in done and h not in off_plan and broken(h)}
+    blocked = set()
+    for h in stopped | off_plan:
+        if h in on_map:
+            held = planner.book.by_cell.get(on_map[h][0], {})
+            blocked |= {held[s] for s in range(t, ready.get(h, t + 1)) if held.get(s) not in (None, h)}
+    retry = {h for h in planner.failed if h not in done} if arrived else set()
+    chosen = (off_plan | stopped | blocked | retry) - done
+    if not chosen:
+        return 0
+    while chosen:  # a train parked on the way of another's plan sends that train to be planned again
+        planner.drop(chosen)
+        planner.plan(sorted(chosen, key=lambda h: (h not in stopped | off_plan, h not in on_map, h)), t, on_map)
+        chosen = planner.crossing_parked()
+    planner.repair(t, on_map, deadline)
+    return len(off_plan | stopped)
 
 
 def oracle_arrival(env) -> float:

@@ -52,7 +52,9 @@ def distance_lists(env, moves: dict | None = None) -> tuple[list[int], list[list
             before.setdefault((to[0] * width + to[1]) * 4 + way, []).append((cell[0] * width + cell[1]) * 4 + heading)
     index, lists, searched = [], [], {}  # searched: a target's valid configurations -> its number
     for agent in env.agents:
-        goals = frozenset((cell, int(heading)) for cell, heading in agent.targets if env.rail.is_valid_configuration((cell, heading)))
+        goals = frozenset(
+            (cell, int(heading)) for cell, heading in agent.targets if env.rail.is_valid_configuration((cell, heading))
+        )
         if goals not in searched:
             searched[goals] = len(lists)
             distance = [float("inf")] * (height * width * 4)

@@ -62,7 +62,7 @@ def evaluate(policy: RailPolicy, args, stop: StopRequest | None = None, release_
         if stop is not None and stop.requested and results:
             break
         results.append(play(env, VAL_SEED + k, rule, args.tree_depth, args.comm_radius, release_rule=release_rule))
-    out = {key: float(np.mean([r[key] for r in results])) for key in ("arrival_rate", "deadlock_rate", "score")}
+    out = {key: float(np.mean([r[key] for r in results])) for key in ("arrival_rate", "deadlock_rate", "normalized_score")}
     decisions = max(1, sum(r["decisions"] for r in results))
     for key in CHANGES:  # shares of all decisions where the policy leaves the layer's rule
         out[key] = sum(r[key] for r in results) / decisions
@@ -230,7 +230,9 @@ def model_config(args) -> dict:
             "global_features": len(GLOBAL_FEATURES), "hidden": args.hidden, "prior_weight": args.prior_weight}  # fmt: skip
 
 
-def imitate(policy: RailPolicy, envs: list, rng: np.random.Generator, args, stop: StopRequest, play, returns_of) -> dict:
+def imitate(
+    policy: RailPolicy, envs: list, rng: np.random.Generator, args, stop: StopRequest, play, returns_of
+) -> dict:
     """Behaviour cloning before PPO: --imitation-episodes episodes of the safety layer's shortest-path
     rule (``railway.play.shortest_path_rule``); the actor is fitted to its actions (cross-entropy over
     the allowed actions of the deciding trains) and the critic to the discounted returns of each

@@ -476,7 +476,7 @@ def test_the_layers_rule_under_the_segment_veto_plays_the_layer_exactly(seed):
     for veto in ("path", "segment"):
         env = RailDecisionEnv(35, 35, 12, safety=True, veto=veto, record=True)
         result = play(env, seed, shortest_path_rule, depth=2, radius=10)
-        runs.append((result["arrival_rate"], result["score"], result["decisions"], env.paths))
+        runs.append((result["arrival_rate"], result["normalized_score"], result["decisions"], env.paths))
     assert runs[0] == runs[1]
 
 

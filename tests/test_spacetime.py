@@ -1,6 +1,7 @@
 """The space-time planner (railway/spacetime.py) against the simulator: its conflict model, the step a
 train enters and arrives, plans that the simulator carries out to the letter, and replanning."""
 
+import itertools
 import json
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from ppoor.railway.spacetime import (  # noqa: E402
     Track,
     actions_at,
     initial_plans,
+    moving_state,
     oracle_arrival,
     play_planner,
     search,
@@ -258,15 +260,22 @@ def test_a_priority_run_trains_resumes_and_plays_in_eval_flatland(tmp_path):
     (row,) = json.loads((tmp_path / "eval.json").read_text())
     assert row["planner_learned"]["deadlock_rate"] == 0 and row["planner_learned"]["replans"] == 0
     versus = row["learned_order_vs_best_fixed"]
-    assert versus["fixed"] == "planner" and versus["arrival_lead_low"] <= versus["arrival_lead"] <= versus["arrival_lead_high"]
-    assert versus["arrival_lead"] == pytest.approx(row["planner_learned"]["arrival_rate"] - row["planner"]["arrival_rate"])
+    assert (
+        versus["fixed"] == "planner"
+        and versus["arrival_lead_low"] <= versus["arrival_lead"] <= versus["arrival_lead_high"]
+    )
+    assert versus["arrival_lead"] == pytest.approx(
+        row["planner_learned"]["arrival_rate"] - row["planner"]["arrival_rate"]
+    )
     result = run(ROOT / "ppo_flatland.py", *tiny, "--orders-per-map", "1")
     assert result.returncode != 0 and "--orders-per-map must be between 2" in result.stderr
 
 
 @settings(max_examples=40, deadline=None)
 @given(
-    st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0.01, 10), st.floats(0.01, 10)), min_size=1, max_size=40),
+    st.lists(
+        st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0.01, 10), st.floats(0.01, 10)), min_size=1, max_size=40
+    ),
     st.floats(-0.5, 0.5),
 )
 def test_lead_over_is_the_mean_paired_difference_inside_its_interval(maps, shift):
@@ -277,9 +286,17 @@ def test_lead_over_is_the_mean_paired_difference_inside_its_interval(maps, shift
     out = lead_over(learned, fixed)
     diffs = [a - b for a, b, _, _ in maps]
     assert out["arrival_lead"] == pytest.approx(np.mean(diffs))
-    assert min(diffs) - 1e-12 <= out["arrival_lead_low"] <= out["arrival_lead"] <= out["arrival_lead_high"] <= max(diffs) + 1e-12
+    assert (
+        min(diffs) - 1e-12
+        <= out["arrival_lead_low"]
+        <= out["arrival_lead"]
+        <= out["arrival_lead_high"]
+        <= max(diffs) + 1e-12
+    )
     assert out["planning_ratio"] == pytest.approx(np.mean([m[2] for m in maps]) / np.mean([m[3] for m in maps]))
-    shifted = lead_over([{**p, "arrival_rate": q["arrival_rate"] + shift} for p, q in zip(learned, fixed, strict=True)], fixed)
+    shifted = lead_over(
+        [{**p, "arrival_rate": q["arrival_rate"] + shift} for p, q in zip(learned, fixed, strict=True)], fixed
+    )
     assert shifted["arrival_lead_low"] == pytest.approx(shift) and shifted["arrival_lead_high"] == pytest.approx(shift)
     with pytest.raises(ValueError, match="same maps"):
         lead_over(learned, fixed[:-1] if len(fixed) > 1 else [])
@@ -369,3 +386,113 @@ def test_sipp_waits_off_the_map_for_a_later_interval_of_the_start_cell():
     plan = search(track, book, handle, 0, None, limit=10**6)
     assert plan is not None and plan.start >= e + 6
     assert plan.arrival == earliest_arrival(track, book, handle, 0, None) == alone.arrival + 10
+
+
+def flatland3_map(width: int, height: int, trains: int, seed: int, malfunctions: bool = True):
+    """A map under Flatland 3's rules (four speeds; malfunctions unless switched off, so that a test can
+    break a train itself)."""
+    from flatland.envs.malfunction_generators import NoMalfunctionGen
+
+    env = rail_env(width, height, trains, seed, flatland3=True)
+    if not malfunctions:
+        env.effects_generator.malfunction_generator = NoMalfunctionGen()
+    return env
+
+
+def drive(env, track, plans, check=None):
+    """Steps ``env`` along ``plans`` until the episode ends, the actions as play_planner gives them; after
+    each step, ``check(t)`` and that no train ever stands off its plan. Returns {handle: first step on the
+    map} and {handle: arrival step}."""
+    entered, arrived = {}, {}
+    while not env.dones["__all__"]:
+        t = env._elapsed_steps
+        on_map = {a.handle: a.current_configuration for a in env.agents if a.current_configuration is not None}
+        _, at_exit = moving_state(env, t)
+        env.step(actions_at(track, plans, t, on_map, at_exit))
+        for agent in env.agents:
+            h, now = agent.handle, env._elapsed_steps
+            if agent.current_configuration is not None:
+                entered.setdefault(h, now)
+                assert agent.current_configuration == plans[h].at(now), (h, now)
+            if agent.state == TrainState.DONE and h not in arrived:
+                arrived[h] = now
+        if check is not None:
+            check(env._elapsed_steps)
+    return entered, arrived
+
+
+@settings(max_examples=6, deadline=None)
+@given(size=st.sampled_from([(25, 25, 5), (30, 30, 8), (35, 35, 10)]), seed=st.integers(0, 10_000))
+def test_under_flatland3_speeds_the_simulator_carries_out_the_plans(size, seed):
+    """Four speeds, no malfunction: every train, alone on its map, enters at its earliest step (never before
+    its timetable's earliest departure) and arrives at ``alone_arrival`` (k steps a cell at speed 1/k); all
+    of them planned together, the simulator carries out every plan to the letter, each train spending at
+    least its k steps in every cell it passes and none entering before its earliest departure."""
+    track = Track(flatland3_map(*size, seed, malfunctions=False))
+    assert sorted(set(track.cell_steps)) <= [1, 2, 3, 4] and len(set(track.cell_steps)) > 1 or size[2] < 8
+    for handle in range(track.trains):
+        plan = search(track, Reservations(), handle, 0, None, limit=10**6)
+        if plan is None:
+            assert track.alone_arrival(handle) > track.max_steps
+            continue
+        assert (plan.start, plan.arrival) == (track.earliest[handle], track.alone_arrival(handle))
+        env = flatland3_map(*size, seed, malfunctions=False)
+        for other in env.agents:  # the others stay off the map for good
+            other.earliest_departure = other.earliest_departure if other.handle == handle else 10**9
+        entered, arrived = drive(env, track, {handle: plan})
+        assert entered[handle] == track.earliest[handle] > env.agents[handle].earliest_departure
+        assert arrived[handle] == plan.arrival
+    planner = initial_plans(track, "random", 0.5, np.random.default_rng(seed))
+    for plan in planner.plans.values():
+        k, cells = track.cell_steps[plan.handle], [cell for cell, _ in plan.path]
+        runs = [len(list(group)) for _, group in itertools.groupby(cells)]
+        assert min(runs[:-1], default=k) >= k and plan.start > track.env.agents[plan.handle].earliest_departure
+    env = flatland3_map(*size, seed, malfunctions=False)
+    entered, arrived = drive(env, track, planner.plans)
+    assert set(arrived) == set(planner.plans) and all(entered[h] >= track.earliest[h] for h in entered)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_broken_train_holds_its_cell_for_its_malfunction_and_the_planner_knows_for_how_long(seed):
+    """A train broken on the map (Flatland's malfunction down counter set to d after a step t) holds its
+    cell through step t + d and moves on at t + d + (its moving steps left in the cell): what
+    ``moving_state`` tells the planner; replanned from there, the simulator carries out the new plan."""
+    track = Track(flatland3_map(30, 30, 8, seed, malfunctions=False))
+    handle = max(range(track.trains), key=lambda h: (track.alone_arrival(h) <= track.max_steps, track.cell_steps[h]))
+    plan = search(track, Reservations(), handle, 0, None, limit=10**6)
+    env = flatland3_map(30, 30, 8, seed, malfunctions=False)
+    for other in env.agents:
+        other.earliest_departure = other.earliest_departure if other.handle == handle else 10**9
+    t = plan.start + 2 * track.cell_steps[handle] + 1  # on the map, part way through a cell if slow
+    while env._elapsed_steps < t:
+        on_map = {a.handle: a.current_configuration for a in env.agents if a.current_configuration is not None}
+        env.step(
+            actions_at(track, {handle: plan}, env._elapsed_steps, on_map, moving_state(env, env._elapsed_steps)[1])
+        )
+    agent, d = env.agents[handle], 7
+    agent.malfunction_handler.malfunction_down_counter = d
+    ready, _ = moving_state(env, t)
+    left = round((1 - agent.speed_counter.distance) * track.cell_steps[handle])
+    assert ready[handle] == t + d + left
+    cell = agent.current_configuration
+    replanned = search(track, Reservations(), handle, t, cell, limit=10**6, ready=ready[handle])
+    assert replanned.at(ready[handle] - 1) == (cell[0], replanned.at(ready[handle] - 1)[1])
+    assert replanned.at(ready[handle])[0] != cell[0]
+
+    def holds(now):
+        if now < ready[handle]:
+            assert env.agents[handle].current_configuration[0] == cell[0]
+
+    _, arrived = drive(env, track, {handle: replanned}, holds)
+    assert arrived[handle] == replanned.arrival
+
+
+def test_the_planner_lands_trains_under_flatland3s_malfunctions():
+    """Flatland 3's rules with malfunctions on (a 30x30 map with 8 trains): the planner replans after
+    each malfunction, no train deadlocks, and it lands at least all but one of the trains the step limit
+    allows; its scores are Flatland 3's."""
+    result = play_planner(flatland3_map(30, 30, 8, 11), "random", 1.0, 11)
+    assert result["deadlock_rate"] == 0
+    assert result["arrival_rate"] >= oracle_arrival(flatland3_map(30, 30, 8, 11)) - 1 / 8
+    assert 0 <= result["on_time_rate"] <= result["arrival_rate"] and 0 < result["normalized_score"] <= 1
+    assert result["max_seconds_per_step"] <= 1.5 and result["seconds_per_step"] <= result["max_seconds_per_step"]
