@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from checks import earliest_arrival, place, straight_chain
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("flatland", reason="flatland-rl is an optional extra: pip install -e '.[flatland]'")
@@ -423,13 +423,14 @@ def drive(env, track, plans, check=None):
 
 @settings(max_examples=6, deadline=None)
 @given(size=st.sampled_from([(25, 25, 5), (30, 30, 8), (35, 35, 10)]), seed=st.integers(0, 10_000))
+@example(size=(30, 30, 8), seed=1)  # speeds 1, 3 and 4 only: the test's own check of the speeds was wrong
 def test_under_flatland3_speeds_the_simulator_carries_out_the_plans(size, seed):
     """Four speeds, no malfunction: every train, alone on its map, enters at its earliest step (never before
     its timetable's earliest departure) and arrives at ``alone_arrival`` (k steps a cell at speed 1/k); all
     of them planned together, the simulator carries out every plan to the letter, each train spending at
     least its k steps in every cell it passes and none entering before its earliest departure."""
     track = Track(flatland3_map(*size, seed, malfunctions=False))
-    assert sorted(set(track.cell_steps)) <= [1, 2, 3, 4] and len(set(track.cell_steps)) > 1 or size[2] < 8
+    assert set(track.cell_steps) <= {1, 2, 3, 4} and (len(set(track.cell_steps)) > 1 or size[2] < 8)
     for handle in range(track.trains):
         plan = search(track, Reservations(), handle, 0, None, limit=10**6)
         if plan is None:
