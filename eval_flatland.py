@@ -315,11 +315,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
                     attempt(plan_map, draw, seed, ordering, args.planner_seconds, initial) for seed in seeds
                 ]
                 rules[name], row[name] = None, averaged(episodes[name], seeds, PLANNER_METRICS)
-        fixed = [name for name in PLANNERS if name in episodes]
-        fixed = [name for name in fixed if all(isinstance(p, dict) for p in episodes[name])]
-        if (
-            "planner_learned" in episodes and fixed and all(isinstance(p, dict) for p in episodes["planner_learned"])
-        ):  # the best fixed order: most arrivals, then least planning
+        whole = {name for name, maps in episodes.items() if all(isinstance(p, dict) for p in maps)}  # none failed
+        fixed = [name for name in PLANNERS if name in whole]
+        if "planner_learned" in whole and fixed:  # the best fixed order: most arrivals, then least planning
             best = max(fixed, key=lambda n: (row[n]["arrival_rate"], -row[n]["planning_seconds"]))
             row["learned_order_vs_best_fixed"] = {
                 "fixed": best,

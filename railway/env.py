@@ -80,9 +80,6 @@ def check_map(width: int, height: int, trains: int, cities: int | None = None, f
     return cities
 
 
-RULES = ("flatland2", "flatland3")
-"""The simulator's rules: ``flatland2`` (speed 1, no malfunctions: the NeurIPS 2020 rules) and ``flatland3``
-(Flatland 3's: four speeds, malfunctions; ``FLATLAND3``)."""
 FLATLAND3 = {
     "speeds": {1.0: 0.25, 1 / 2: 0.25, 1 / 3: 0.25, 1 / 4: 0.25},
     "malfunction_interval": 540,

@@ -522,10 +522,10 @@ def replan(planner: Planner, t: int, on_map: dict, done: set, arrived: bool, dea
         return plan.at(hold - 1) is None or plan.at(hold - 1)[0] != on_map[h][0]
 
     off_plan = {h for h, plan in plans.items() if h not in done and on_map.get(h) != plan.at(t)}
-    off_plan |= {h for h in on_map if h not in plans and h not in planner.failed and h not in done}
     stopped = {h for h in ready if h not in done and h not in off_plan and broken(h)}
+    moved = stopped | off_plan  # the trains whose plans the simulator broke, planned first
     blocked = set()
-    for h in stopped | off_plan:
+    for h in moved:
         if h in on_map:
             held = planner.book.by_cell.get(on_map[h][0], {})
             blocked |= {held[s] for s in range(t, ready.get(h, t + 1)) if held.get(s) not in (None, h)}
@@ -535,10 +535,10 @@ def replan(planner: Planner, t: int, on_map: dict, done: set, arrived: bool, dea
         return 0
     while chosen:  # a train parked on the way of another's plan sends that train to be planned again
         planner.drop(chosen)
-        planner.plan(sorted(chosen, key=lambda h: (h not in stopped | off_plan, h not in on_map, h)), t, on_map)
+        planner.plan(sorted(chosen, key=lambda h: (h not in moved, h not in on_map, h)), t, on_map)
         chosen = planner.crossing_parked()
     planner.repair(t, on_map, deadline)
-    return len(off_plan | stopped)
+    return len(moved)
 
 
 def oracle_arrival(env) -> float:
