@@ -528,15 +528,20 @@ def replan(planner: Planner, t: int, on_map: dict, done: set, arrived: bool, dea
     for h in moved:
         if h in on_map:
             held = planner.book.by_cell.get(on_map[h][0], {})
-            blocked |= {held[s] for s in range(t, ready.get(h, t + 1)) if held.get(s) not in (None, h)}
+            blocked |= {other for s, other in held.items() if s >= t and other != h}
     retry = {h for h in planner.failed if h not in done} if arrived else set()
     chosen = (off_plan | stopped | blocked | retry) - done
     if not chosen:
         return 0
-    while chosen:  # a train parked on the way of another's plan sends that train to be planned again
+    first, retried = set(moved), set()
+    while chosen:
         planner.drop(chosen)
-        planner.plan(sorted(chosen, key=lambda h: (h not in moved, h not in on_map, h)), t, on_map)
-        chosen = planner.crossing_parked()
+        planner.plan(sorted(chosen, key=lambda h: (h not in first, h not in on_map, h)), t, on_map)
+        chosen = planner.crossing_parked()  # a train parked on the way of another's plan: that one again
+        if chosen:  # and the parked trains once more, first, now that the plans in their way are gone
+            first = {h for h in planner.failed if h in on_map} - retried
+            retried |= first
+            chosen |= first
     planner.repair(t, on_map, deadline)
     return len(moved)
 
