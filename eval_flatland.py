@@ -15,8 +15,8 @@ space and time (``railway.spacetime``: prioritized planning with an LNS repair o
 their targets first (``planner``), the farthest first (``planner_longest``) or random orders
 (``planner_random``), or the order a priority policy learned (``planner_learned``, with --priorities: a
 ``ppo_flatland.py --learn priorities`` checkpoint); their rows add ``planning_seconds`` per map. ``oracle`` is each train alone
-on its map leaving at its earliest departure: the arrival rate the step limit allows any scheduler
-(only ``arrival_rate``). For a policy trained with the safety layer it
+on its map with its own malfunctions, leaving at its earliest departure: the arrival rate the step limit
+and the malfunctions allow any scheduler (only ``arrival_rate``). For a policy trained with the safety layer it
 also plays that layer alone with shortest-path choices (``shortest_path_safety``, an ablation: what
 the layer gives without the learned policy; reported, not counted as a baseline). ``policy_sampled``
 plays the policy drawing each action from its distribution instead of taking the most likely one
@@ -342,7 +342,7 @@ def report(row: dict, rules, planners) -> None:
     for name in rules:
         r = row[name]
         if name == "oracle":
-            print(f"  {name:<22} arrived {r['arrival_rate']:.3f}  (each train alone, leaving at its earliest)")
+            print(f"  {name:<22} arrived {r['arrival_rate']:.3f}  (each train alone with its own malfunctions)")
             continue
         line = (
             f"  {name:<22} arrived {r['arrival_rate']:.3f}  on time {r['on_time_rate']:.3f}  deadlocked "

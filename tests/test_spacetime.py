@@ -497,3 +497,27 @@ def test_the_planner_lands_trains_under_flatland3s_malfunctions():
     assert result["arrival_rate"] >= oracle_arrival(flatland3_map(30, 30, 8, 11)) - 1 / 8
     assert 0 <= result["on_time_rate"] <= result["arrival_rate"] and 0 < result["normalized_score"] <= 1
     assert result["max_seconds_per_step"] <= 1.5 and result["seconds_per_step"] <= result["max_seconds_per_step"]
+
+
+@pytest.mark.parametrize("seed", [3, 2_000_011])
+def test_the_oracle_is_each_train_alone_with_its_own_malfunctions(seed):
+    """Under Flatland 3's rules, each train alone on its map (the others never depart) and driven by the
+    planner arrives at the step ``alone_arrivals`` computes from the map's malfunction schedule, which is
+    the same whatever the trains do; a train broken on its way arrives later than without its malfunctions."""
+    from ppoor.railway.spacetime import alone_arrivals, malfunction_steps
+
+    arrivals = alone_arrivals(flatland3_map(25, 25, 5, seed))
+    broken = malfunction_steps(flatland3_map(25, 25, 5, seed))
+    track = Track(flatland3_map(25, 25, 5, seed))
+    delayed = 0
+    for handle in range(track.trains):
+        env = flatland3_map(25, 25, 5, seed)
+        for other in env.agents:
+            other.earliest_departure = other.earliest_departure if other.handle == handle else 10**9
+        play_planner(env, "closest", 0.5, seed)
+        agent = env.agents[handle]
+        arrived = agent.arrival_time if agent.state == TrainState.DONE else float("inf")
+        assert arrived == (arrivals[handle] if arrivals[handle] <= track.max_steps else float("inf")), handle
+        assert malfunction_steps(flatland3_map(25, 25, 5, seed))[handle] == broken[handle]
+        delayed += arrivals[handle] > track.alone_arrival(handle)
+    assert delayed >= 1  # the seeds were chosen so that a malfunction delays a train
