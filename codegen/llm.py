@@ -51,15 +51,29 @@ def local_model_path() -> Path:
 
 
 def load_llama(threads: int, seed: int, embedding: bool = False, context: int = LOCAL_CONTEXT):
-    """The local model in llama-cpp-python (``embedding``: the pooled hidden states instead)."""
+    """The local model in llama-cpp-python (``embedding``: the pooled hidden states instead), loaded without
+    llama.cpp's extra buffer types (the weight repacking for AMX and the like): with them ``llama_decode``
+    crashes on this project's CPUs (Xeon with AMX). Earlier llama-cpp-python releases took a ``use_extra_bufts``
+    keyword; 0.3.35 and 0.3.36 silently ignore it, so the model parameters they start from are set too."""
     try:
-        from llama_cpp import Llama
+        from llama_cpp import Llama, llama
     except ImportError:
         raise ValueError("llama-cpp-python is not installed: pip install -e '.[rlea]'") from None
-    return Llama(
-        model_path=str(local_model_path()), n_ctx=context, n_threads=threads, n_batch=512, seed=seed,
-        embedding=embedding, use_extra_bufts=False, verbose=False,
-    )
+    defaults = llama.llama_cpp.llama_model_default_params
+
+    def without_extra_buffers():
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    llama.llama_cpp.llama_model_default_params = without_extra_buffers
+    try:
+        return Llama(
+            model_path=str(local_model_path()), n_ctx=context, n_threads=threads, n_batch=512, seed=seed,
+            embedding=embedding, use_extra_bufts=False, verbose=False,
+        )
+    finally:
+        llama.llama_cpp.llama_model_default_params = defaults
 
 
 class LocalChat:
