@@ -27,7 +27,7 @@ import tyro
 from ppoor.railway import priorities, trainer
 from ppoor.railway.env import STOP
 from ppoor.railway.policy import POLICY_INPUTS, RailPolicy, mask_logits
-from ppoor.railway.priorities import PriorityPolicy, order_reward, plan_in_order, train_features
+from ppoor.railway.priorities import PriorityPolicy, train_features
 from ppoor.railway.tree import observe
 from ppoor.training.runs import Run, given_fields
 from ppoor.training.runtime import keep_freed_memory
@@ -68,6 +68,9 @@ class Args:
     """trains per map"""
     cities: int | None = None
     """cities per map (default: one per 4 trains, at least 2)"""
+    flatland3: bool = True
+    """Flatland 3's rules: four speeds, malfunctions, timetables (railway.env.FLATLAND3); --no-flatland3: speed 1
+    and no malfunctions, the NeurIPS 2020 rules"""
     max_active: int | None = None
     """the most trains running at once, released closest to their targets first; None: all"""
     safety: bool = True
@@ -299,9 +302,10 @@ def ppo_update(policy: RailPolicy, optimizer, b: dict, args: Args) -> dict:
 
 def train_priorities(args: Args, ckpt: dict | None) -> None:
     """--learn priorities: PPO on the planner's priority order. An iteration draws --num-envs fresh maps,
-    samples --orders-per-map orders of each map's trains, plans each order (no repair) and rewards it by
-    the trains its plan lands and how soon (``priorities.order_reward``); an order's advantage is its
-    reward minus the mean of its map's orders, and each of its picks is a PPO decision with it."""
+    samples --orders-per-map orders of each map's trains, plans each order (no repair) and rewards it by the
+    trains its plan lands and how soon, or under --flatland3 by its episode (``priorities.order_rewards``);
+    an order's advantage is its reward minus the mean of its map's orders, and each of its picks is a PPO
+    decision with it."""
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     if args.threads:
@@ -320,15 +324,16 @@ def train_priorities(args: Args, ckpt: dict | None) -> None:
         run.iteration += 1
         optimizer.param_groups[0]["lr"] = run.learning_rate()
 
-        # rollout: sample orders of each map's trains, plan each, reward each by its plan
+        # rollout: sample orders of each map's trains, plan each, reward each by its plan (or episode)
         rollout_start = time.time()
-        tracks = [priorities.random_track(args, rng) for _ in range(args.num_envs)]
+        seeds = [priorities.random_seed(rng) for _ in range(args.num_envs)]
+        tracks = [priorities.map_of(args, seed) for seed in seeds]
         features = torch.as_tensor(np.stack([train_features(t) for t in tracks]))
         features = features.repeat_interleave(args.orders_per_map, 0)  # [M x K, T, F]
         with torch.no_grad():
             orders, old_logprobs, _ = policy(features)
-        planners = [plan_in_order(tracks[b // args.orders_per_map], orders[b].tolist(), rng) for b in range(len(orders))]
-        rewards = torch.tensor([order_reward(p) for p in planners]).view(args.num_envs, args.orders_per_map)
+        rewards, arrivals = priorities.order_rewards(args, seeds, tracks, orders, rng)
+        rewards = rewards.view(args.num_envs, args.orders_per_map)
         advantages = (rewards - rewards.mean(1, keepdim=True)).flatten()  # the shared baseline of each map
         if args.norm_adv:
             advantages = advantages / (advantages.std() + 1e-8)
@@ -358,7 +363,7 @@ def train_priorities(args: Args, ckpt: dict | None) -> None:
 
         stats = {"policy_loss": pg_loss.item(), "entropy": entropy.mean().item(), "approx_kl": approx_kl,
                  "clipfrac": float(np.mean(clipfracs))}  # fmt: skip
-        line = priorities.log_iteration(run, planners, rewards, stats, optimizer.param_groups[0]["lr"],
+        line = priorities.log_iteration(run, arrivals, rewards, stats, optimizer.param_groups[0]["lr"],
                                         (rollout_time, update_time))  # fmt: skip
         if args.eval_interval and run.iteration % args.eval_interval == 0:
             line += validation.log(run, policy)

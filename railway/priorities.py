@@ -1,8 +1,11 @@
 """A learned priority order for the space-time planner (``railway.spacetime``): an attention policy over
 the trains orders them as the Attention Model orders nodes, one train after another, and the planner
 plans them in that order. ``ppo_flatland.py --learn priorities`` trains it with PPO, each order
-rewarded by the share of trains its plan lands and how soon (``order_reward``); plans are carried
-out by the simulator as planned (``tests/test_spacetime.py``), so a plan's arrivals are the episode's.
+rewarded by the share of trains its plan lands and how soon (``order_reward``): without malfunctions
+plans are carried out by the simulator as planned (``tests/test_spacetime.py``), so a plan's arrivals
+are the episode's. Under Flatland 3's rules a malfunction breaks plans that no order foresees, so an
+order is rewarded by its episode instead (``episode_reward``): the order that holds up best when the
+replanning has to mend it.
 
 Shapes: B orders (maps x orders per map), T trains, F = len(FEATURES) features per train, d the
 embedding size.
@@ -15,7 +18,7 @@ import time
 
 import numpy as np
 import torch
-from ppoor.railway.spacetime import Planner, Track, best_plans, free_path_cells
+from ppoor.railway.spacetime import Planner, Track, best_plans, free_path_cells, play_planner
 from torch import nn
 
 FEATURES = (
@@ -29,7 +32,10 @@ number of other trains whose free paths cross the cells of its own, over the tra
 
 DELAY_WEIGHT = 0.1
 """``order_reward``'s weight of the mean delay (arrival step after the train's alone arrival, over the
-step limit) beside the share of trains landed."""
+step limit) beside the share of trains landed; ``episode_reward``'s weight of Flatland's normalized score."""
+
+EPISODE_STEP_SECONDS = 0.1
+"""The planner's repair budget a step in the episodes that score orders under Flatland 3's rules."""
 
 
 def train_features(track: Track) -> np.ndarray:
@@ -186,36 +192,66 @@ def load_priority_policy(path) -> tuple[PriorityPolicy, dict]:
     return policy.eval(), ckpt
 
 
-def random_track(args, rng: np.random.Generator) -> Track:
-    """A fresh training map of the run's size (seeds below the validation maps' ``trainer.VAL_SEED``
-    and the test maps' 2,000,000 are never drawn: 2,000,001 and up)."""
+def map_of(args, seed: int) -> Track:
+    """The run's map of ``seed`` (its size, cities and rules), just reset."""
     from ppoor.railway.env import rail_env
 
-    return Track(rail_env(args.width, args.height, args.trains, int(rng.integers(2_000_001, 2**31 - 1)), args.cities))
+    return Track(rail_env(args.width, args.height, args.trains, seed, args.cities, args.flatland3))
+
+
+def random_seed(rng: np.random.Generator) -> int:
+    """A fresh training map's seed (the validation maps' ``trainer.VAL_SEED`` + k and the test maps'
+    2,000,000 + k are never drawn: 2,000,001 and up)."""
+    return int(rng.integers(2_000_001, 2**31 - 1))
+
+
+def episode_reward(track: Track, order, step_seconds: float = EPISODE_STEP_SECONDS) -> tuple[float, float]:
+    """(reward, arrival rate) of an episode of ``track``'s map (just reset) played by the planner from its
+    plans in ``order`` (no repair at step 0), replanned as ``spacetime.play_planner`` replans when a
+    malfunction or a slow train breaks them: the reward is the arrival rate plus ``DELAY_WEIGHT`` x
+    Flatland's normalized score."""
+    played = play_planner(
+        track.env, initial=lambda _, __, rng: plan_in_order(track, order, rng), step_seconds=step_seconds
+    )
+    return played["arrival_rate"] + DELAY_WEIGHT * played["normalized_score"], played["arrival_rate"]
+
+
+def order_rewards(args, seeds: list[int], tracks: list[Track], orders, rng: np.random.Generator) -> tuple:
+    """The rewards [len(orders)] and arrival rates of ``orders`` [M x K, T] (K per map of ``seeds`` in
+    turn, ``tracks`` their maps): with --flatland3 each order's episode (``episode_reward``, on the map
+    drawn again), else its plan (``order_reward``: the simulator carries a plan out as planned)."""
+    per_map, rewards, arrivals = len(orders) // len(seeds), [], []
+    for b, order in enumerate(orders.tolist()):
+        if args.flatland3:
+            reward, arrival = episode_reward(map_of(args, seeds[b // per_map]), order)
+        else:
+            planner = plan_in_order(tracks[b // per_map], order, rng)
+            reward, arrival = order_reward(planner), planner.planned_share
+        rewards.append(reward)
+        arrivals.append(arrival)
+    return torch.tensor(rewards), arrivals
 
 
 class Validation:
     """The run's validation maps (seeds ``trainer.VAL_SEED`` + k, k < --eval-episodes): the policy's most
-    likely order planned without repair, beside the fixed orders' (computed once)."""
+    likely order, scored as the training scores orders (``order_rewards``), beside the fixed orders'
+    (computed once)."""
 
     def __init__(self, args):
-        from ppoor.railway.env import rail_env
         from ppoor.railway.trainer import VAL_SEED
 
-        count = max(1, args.eval_episodes)
-        self.tracks = [
-            Track(rail_env(args.width, args.height, args.trains, VAL_SEED + k, args.cities)) for k in range(count)
-        ]
+        self.args, self.seeds = args, [VAL_SEED + k for k in range(max(1, args.eval_episodes))]
+        self.tracks = [map_of(args, seed) for seed in self.seeds]
         self.fixed = {}
         for ordering in ("closest", "longest"):
-            planners = [
-                plan_in_order(t, Planner(t, np.random.default_rng(0)).order(ordering, range(t.trains)))
-                for t in self.tracks
-            ]
-            self.fixed[ordering] = float(np.mean([p.planned_share for p in planners]))
+            orders = torch.tensor([Planner(t, np.random.default_rng(0)).order(ordering, range(t.trains)) for t in self.tracks])
+            self.fixed[ordering] = float(np.mean(self.score(orders)[1]))
+
+    def score(self, orders: torch.Tensor) -> tuple:
+        return order_rewards(self.args, self.seeds, self.tracks, orders, np.random.default_rng(0))
 
     def baselines(self) -> str:
-        return "validation arrival without repair: " + ", ".join(f"{k} first {v:.3f}" for k, v in self.fixed.items())
+        return "validation arrival of fixed orders: " + ", ".join(f"{k} first {v:.3f}" for k, v in self.fixed.items())
 
     def log(self, run, policy: PriorityPolicy) -> str:
         """Logs eval/arrival_rate and eval/reward of the policy's greedy orders (and the fixed orders'
@@ -223,9 +259,8 @@ class Validation:
         with torch.no_grad():
             features = torch.as_tensor(np.stack([train_features(t) for t in self.tracks]))
             orders, _, _ = policy(features, greedy=True)
-        planners = [plan_in_order(t, o.tolist()) for t, o in zip(self.tracks, orders, strict=True)]
-        arrival = float(np.mean([p.planned_share for p in planners]))
-        reward = float(np.mean([order_reward(p) for p in planners]))
+        rewards, arrivals = self.score(orders)
+        arrival, reward = float(np.mean(arrivals)), rewards.mean().item()
         run.log("eval/arrival_rate", arrival)
         run.log("eval/reward", reward)
         for ordering, value in self.fixed.items():
@@ -233,10 +268,10 @@ class Validation:
         return f" eval/arrival_rate={arrival:.3f} eval/reward={reward:.4f}"
 
 
-def log_iteration(run, planners: list, rewards: torch.Tensor, stats: dict, lr: float, times: tuple) -> str:
-    """Logs an iteration's charts (the sampled orders' planned arrival and reward, ``lr``, the rollout
+def log_iteration(run, arrivals: list, rewards: torch.Tensor, stats: dict, lr: float, times: tuple) -> str:
+    """Logs an iteration's charts (the sampled orders' arrival rates and rewards, ``lr``, the rollout
     and update ``times``) and ``stats`` as losses; returns its line."""
-    arrival = float(np.mean([p.planned_share for p in planners]))
+    arrival = float(np.mean(arrivals))
     for tag, value in (
         ("charts/learning_rate", lr), ("charts/arrival_rate", arrival), ("charts/reward", rewards.mean().item()),
         ("charts/rollout_seconds", times[0]), ("charts/update_seconds", times[1]),

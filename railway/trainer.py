@@ -38,7 +38,8 @@ RELEASE_THRESHOLDS = (0.0, 0.25, 0.5, 0.75)
 
 def make_env(args) -> RailDecisionEnv:
     return RailDecisionEnv(
-        args.width, args.height, args.trains, args.max_active, args.cities, args.safety, wait=args.wait, veto=args.veto
+        args.width, args.height, args.trains, args.max_active, args.cities, args.safety, wait=args.wait,
+        veto=args.veto, flatland3=args.flatland3,
     )
 
 
@@ -280,7 +281,7 @@ def imitate(
 RESUME_OVERRIDES = ("total_timesteps", "total_seconds", "checkpoint_interval", "eval_interval", "threads", "track",
                     "wandb_project_name", "wandb_entity")  # fmt: skip
 """The arguments a resumed run may change; any other one given must equal the checkpoint's."""
-LEGACY = {"safety": False, "veto": "path", "eval_sample": False}
+LEGACY = {"safety": False, "veto": "path", "eval_sample": False, "flatland3": False}
 """What checkpoints written before these arguments existed did (their values when resuming)."""
 
 

@@ -199,7 +199,7 @@ def test_a_curriculum_starts_from_a_smaller_maps_policy(tmp_path):
         ("eval_flatland.py", ["--threshold", "7"], "--threshold must be between 0 and 1, got 7"),
         ("eval_flatland.py", ["--planner-seconds", "0"], "--planner-seconds must be between 0.001"),
         ("eval_flatland.py", ["--output", "."], "is a folder; name a .json file"),
-        ("ppo_flatland.py", ["--trains", "12", "--cities", "2"], "do not fit"),
+        ("ppo_flatland.py", ["--trains", "12", "--cities", "2", "--no-flatland3"], "do not fit"),
         ("ppo_flatland.py", ["--width", "10"], "--width must be between 20 and 1000, got 10"),
         ("ppo_flatland.py", ["--resume", "missing.pt"], "does not exist"),
         ("ppo_flatland.py", ["--imitation-episodes", "5", "--no-safety"], "drop --no-safety"),

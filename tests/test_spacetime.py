@@ -222,6 +222,28 @@ def test_features_and_rewards_of_a_planned_order():
     )
 
 
+
+def test_under_flatland3_an_order_is_rewarded_by_its_episode_not_its_plan():
+    from types import SimpleNamespace
+
+    import torch
+    from ppoor.railway.priorities import DELAY_WEIGHT, map_of, order_rewards, plan_in_order
+
+    # a 25x25 map where a 23-step malfunction on the only way through breaks the plans: 4 of 5 trains are
+    # planned to arrive, the simulator lands fewer
+    args = SimpleNamespace(width=25, height=25, trains=5, cities=None, flatland3=True)
+    seed, order = 2_000_011, torch.arange(5)[None]
+    planned = plan_in_order(map_of(args, seed), order[0].tolist()).planned_share
+    rewards, arrivals = order_rewards(args, [seed], [map_of(args, seed)], order, np.random.default_rng(0))
+    replay = map_of(args, seed)  # the episode again, read from the simulator's own train states
+    play_planner(replay.env, initial=lambda track, _, rng: plan_in_order(track, order[0].tolist(), rng), step_seconds=0.1)
+    landed = np.mean([agent.state == TrainState.DONE for agent in replay.env.agents])
+    assert arrivals == [landed] and landed < planned
+    assert arrivals[0] < rewards[0].item() <= arrivals[0] + DELAY_WEIGHT
+    args.flatland3 = False  # without malfunctions a plan is carried out as planned: the plan scores the order
+    _, arrivals = order_rewards(args, [seed], [map_of(args, seed)], order, np.random.default_rng(0))
+    assert arrivals == [plan_in_order(map_of(args, seed), order[0].tolist()).planned_share]
+
 def test_learned_plans_land_more_trains_than_the_policys_most_likely_order_within_their_budget():
     import torch
     from ppoor.railway.priorities import PriorityPolicy, learned_plans, plan_in_order, train_features
