@@ -98,13 +98,13 @@ def judge(args: Args, problem: dict) -> int:
     from ppoor.codegen.benchmark import protection
     from ppoor.codegen.executor import Executor
     from ppoor.codegen.memory import Memory
-    from ppoor.codegen.sandbox import Sandbox
+    from ppoor.codegen.sandbox import sandbox_or_exit
 
     try:
         code = Path(args.judge).read_text()
     except (OSError, UnicodeDecodeError) as exc:
         fail([f"--judge {args.judge}: cannot read it ({exc})"])
-    executor = Executor(None, None, Sandbox(args.sandbox_seconds, args.sandbox_memory_mb), None, Memory())
+    executor = Executor(None, None, sandbox_or_exit(args.sandbox_seconds, args.sandbox_memory_mb), None, Memory())
     attempt = executor.evaluate(problem, code)
     verdict = "success" if attempt.success else "valid, too far from the reference" if attempt.valid else (
         "wrong answer" if attempt.ran else "the program failed")
@@ -142,7 +142,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     from ppoor.codegen.memory import Memory
     from ppoor.codegen.planner import sample_action
     from ppoor.codegen.rag import Retriever
-    from ppoor.codegen.sandbox import Sandbox
+    from ppoor.codegen.sandbox import sandbox_or_exit
 
     folder = args.problems or shipped_problems()
     split = args.split or ("all" if args.problems else "test")
@@ -181,8 +181,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
         planner_args.embedder = ckpt["args"]["embedder"]
         embed = make_embedder(planner_args, os.path.join(planner_dir, "embeddings.json"))
         alpha = ckpt["args"]["alpha_end"]
+    sandbox = sandbox_or_exit(args.sandbox_seconds, args.sandbox_memory_mb)  # before the model loads
     action_llm, memory_llm = make_llms(args)
-    sandbox, retriever = Sandbox(args.sandbox_seconds, args.sandbox_memory_mb), Retriever.default(args.rag_docs)
+    retriever = Retriever.default(args.rag_docs)
     print(f"{len(problems)} problems x {len(args.methods)} methods; action model {action_llm.name}; "
           f"sandbox: {sandbox.isolation}", flush=True)
 

@@ -103,7 +103,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     from ppoor.codegen.memory import Memory
     from ppoor.codegen.planner import Learner, alpha_at, sample_action, soft_q_update
     from ppoor.codegen.rag import Retriever
-    from ppoor.codegen.sandbox import Sandbox
+    from ppoor.codegen.sandbox import sandbox_or_exit
 
     try:
         problems = load_problems(args.problems or shipped_problems(), args.split)
@@ -126,11 +126,12 @@ def main(args: Args, given: set[str] | None = None) -> None:
         learner.load_state_dict(ckpt)
         totals = dict(ckpt["totals"])
         print(f"resuming {run.dir} at episode {run.global_step}", flush=True)
+    sandbox = sandbox_or_exit(args.sandbox_seconds, args.sandbox_memory_mb)  # before the model loads
     action_llm, memory_llm = make_llms(args)
     executor = Executor(
         action_llm,
         memory_llm,
-        Sandbox(args.sandbox_seconds, args.sandbox_memory_mb),
+        sandbox,
         Retriever.default(args.rag_docs),
         memory,
         args.max_tokens,

@@ -17,7 +17,7 @@ from ppoor.codegen.executor import Executor  # noqa: E402
 from ppoor.codegen.llm import LocalChat  # noqa: E402
 from ppoor.codegen.memory import Memory  # noqa: E402
 from ppoor.codegen.rag import Retriever  # noqa: E402
-from ppoor.codegen.sandbox import Sandbox  # noqa: E402
+from ppoor.codegen.sandbox import sandbox_or_exit  # noqa: E402
 
 
 def main():
@@ -41,7 +41,7 @@ def main():
               f"(x{rates[threads] / rates[1]:.2f} of 1 thread)", flush=True)
     print(f"peak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     llm = LocalChat(1, seed=1)
-    executor = Executor(llm, llm, Sandbox(60), Retriever.default(), Memory(), args.max_tokens, 0.2)
+    executor = Executor(llm, llm, sandbox_or_exit(60, 2048), Retriever.default(), Memory(), args.max_tokens, 0.2)
     ran = valid = 0
     for problem in problems[: args.programs]:
         attempt = executor.write(problem, "direct", None)

@@ -7,19 +7,22 @@ limits, outermost first:
 - wall clock: the whole process group is killed after ``seconds``;
 - resource limits (setrlimit): address space (``memory_mb``), CPU seconds, file size, open files,
   processes, no core dumps;
-- network: a new, empty network namespace (``unshare(CLONE_NEWNET)``, as root or through a user
-  namespace where the kernel allows one); where neither is allowed the audit hook below still refuses
-  sockets, and ``Sandbox.isolation`` says so;
+- the operating system's guard (``codegen.guard``), which the child applies to itself before it reads
+  the program, and which nothing in the program can lift: Landlock (writes only in the folder, reads
+  only Python's installation and the system's libraries, no file executed, no TCP) and a seccomp
+  filter (no new process, socket, ptrace, mount or namespace; threads allowed). Where the kernel
+  offers neither, ``Sandbox`` refuses to run anything unless the user opts in
+  (``PPOOR_UNGUARDED_SANDBOX=1``); ``Sandbox.isolation`` says what holds;
+- network: a new, empty network namespace as well (``unshare(CLONE_NEWNET)``, as root or through a
+  user namespace where the kernel allows one);
 - user: run as root, the child drops to the ``nobody`` user where that user can reach the Python
-  installation, so the operating system itself refuses to change or delete the project's files
-  (a Python installed under /root, which others cannot enter, keeps the child root);
-- inside the child, before the program is read: a Python audit hook (PEP 578) that refuses sockets,
-  new processes (fork, exec, spawn, subprocess, os.system), ctypes (which could undo the rest), and
-  any file opened, removed, renamed or listed outside the temporary folder, except reading Python's
-  own installation (the interpreter, the standard library, site-packages: OR-Tools is imported
-  from there). NumPy and OR-Tools are imported before the hook (NumPy loads ctypes; every ctypes
-  call after that is refused). The hook is the only file guard for a user who is not root; it cannot be removed by
-  Python code.
+  installation (a Python installed under /root, which others cannot enter, keeps the child root);
+- inside the child, a second line behind the OS guard: a Python audit hook (PEP 578) that refuses
+  sockets, new processes (fork, exec, spawn, subprocess, os.system), ctypes, and any file opened,
+  removed, renamed or listed outside the temporary folder, except reading Python's own installation.
+  NumPy and OR-Tools are imported before it (NumPy loads ctypes; every ctypes call after that is
+  refused). A hook written in Python can be got around by the Python code it watches (PEP 578 says
+  so): it narrows what a program reaches before the kernel refuses it, and words the refusal.
 
 Output is captured and truncated (head and tail) for the LLM's feedback.
 """
@@ -37,9 +40,14 @@ import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
+
+from ppoor.codegen import guard
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 RESULT_MARK = "\n@@RLEA-RESULT@@"
+GUARD = Path(guard.__file__).read_text()
+"""The OS guard's source, run by the child before the program is read (``codegen.guard.apply``)."""
 NOBODY = 65534
 
 RUNNER = r'''
@@ -49,38 +57,47 @@ for module in ("ctypes", "numpy", "ortools.constraint_solver.pywrapcp", "ortools
         importlib.import_module(module)
     except ImportError:
         pass
+here = os.getcwd()
+settings = json.loads(sys.argv[1])
+applied = apply(here, settings["guarded"])  # the OS guard (codegen/guard.py, above): for good, threads and all
+if not (isinstance(applied["landlock"], int) and applied["seccomp"] is True) and not settings["unguarded"]:
+    raise SystemExit(f"sandbox: the operating system's guard could not be applied ({applied}); nothing was run")
 instances = json.load(open("instances.json"))
 program = open("program.py").read()
-here = os.getcwd()
-readable = tuple(os.path.realpath(p) for p in json.loads(sys.argv[1])) + (here,)
-def inside(path, roots):
-    try:
-        path = os.path.realpath(os.fsdecode(path) if not isinstance(path, int) else here)
-    except (TypeError, ValueError):
-        return False
-    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
-BLOCKED = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
-           "os.forkpty", "ctypes.", "os.kill", "os.killpg", "pty.", "webbrowser.", "urllib.", "http.")
-WRITES = ("os.remove", "os.rmdir", "os.rename", "os.truncate", "os.chmod", "os.chown", "os.mkdir",
-          "os.link", "os.symlink", "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile")
-def hook(event, args):
-    if event.startswith(BLOCKED):
-        raise PermissionError(f"sandbox: {event} is not allowed")
-    if event in WRITES:
-        for a in args[:2]:
-            if isinstance(a, (str, bytes, os.PathLike)) and not inside(a, (here,)):
+def guarded(readable):
+    """The audit hook, a second line behind the OS guard: its lists live in this closure, not in globals."""
+    readable = tuple(os.path.realpath(p) for p in readable) + (here,)
+    blocked = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+               "os.forkpty", "ctypes.", "os.kill", "os.killpg", "pty.", "webbrowser.", "urllib.", "http.")
+    writes = ("os.remove", "os.rmdir", "os.rename", "os.truncate", "os.chmod", "os.chown", "os.mkdir",
+              "os.link", "os.symlink", "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile")
+    realpath, fsdecode, sep = os.path.realpath, os.fsdecode, os.sep
+    def inside(path, roots):
+        try:
+            path = realpath(fsdecode(path) if not isinstance(path, int) else here)
+        except (TypeError, ValueError):
+            return False
+        return any(path == r or path.startswith(r.rstrip(sep) + sep) for r in roots)
+    def hook(event, args):
+        if event.startswith(blocked):
+            raise PermissionError(f"sandbox: {event} is not allowed")
+        if event in writes:
+            for a in args[:2]:
+                if isinstance(a, (str, bytes, os.PathLike)) and not inside(a, (here,)):
+                    raise PermissionError(f"sandbox: {event} outside the working folder is not allowed")
+        elif event == "open":
+            path, mode = args[0], args[1] or "r"
+            if isinstance(path, int):
+                return
+            writing = any(c in str(mode) for c in "wax+")
+            if not inside(path, (here,) if writing else readable):
+                raise PermissionError(f"sandbox: opening {fsdecode(path)!r} is not allowed")
+        elif event in ("os.listdir", "os.scandir", "os.chdir", "glob.glob"):
+            if args and isinstance(args[0], (str, bytes, os.PathLike)) and not inside(args[0], readable):
                 raise PermissionError(f"sandbox: {event} outside the working folder is not allowed")
-    elif event == "open":
-        path, mode = args[0], args[1] or "r"
-        if isinstance(path, int):
-            return
-        writing = any(c in str(mode) for c in "wax+")
-        if not inside(path, (here,) if writing else readable):
-            raise PermissionError(f"sandbox: opening {os.fsdecode(path)!r} is not allowed")
-    elif event in ("os.listdir", "os.scandir", "os.chdir", "glob.glob"):
-        if args and isinstance(args[0], (str, bytes, os.PathLike)) and not inside(args[0], readable):
-            raise PermissionError(f"sandbox: {event} outside the working folder is not allowed")
-sys.addaudithook(hook)
+    return hook
+sys.addaudithook(guarded(settings["readable"]))
+del guarded, settings, applied
 namespace = {"__name__": "solution"}
 exec(compile(program, "program.py", "exec"), namespace)
 solve = namespace.get("solve")
@@ -148,20 +165,50 @@ def network_isolation() -> str:
     return answer or "none"
 
 
+class SandboxUnavailable(RuntimeError):
+    """This machine offers no operating-system guard (Landlock and seccomp) and the user did not opt in
+    to running generated programs without one (``UNGUARDED_VARIABLE``)."""
+
+
+UNGUARDED_VARIABLE = "PPOOR_UNGUARDED_SANDBOX"
+"""Set to 1 to run generated programs where the OS offers no guard, behind the audit hook alone."""
+
+SYSTEM_LIBRARIES = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache")
+"""Read-only for the child under Landlock: the shared libraries an extension module may load late."""
+
+
 class Sandbox:
     """Runs programs under the limits of the module's docstring. ``seconds`` wall clock per run,
-    ``memory_mb`` address space, ``output_chars`` kept of the captured output."""
+    ``memory_mb`` address space, ``output_chars`` kept of the captured output. Raises
+    ``SandboxUnavailable`` where the OS offers no guard, unless ``unguarded`` (default: the environment
+    variable ``PPOOR_UNGUARDED_SANDBOX`` set to 1). ``isolation`` says what holds on this machine."""
 
-    def __init__(self, seconds: float = 60.0, memory_mb: int = 2048, output_chars: int = 2000):
+    def __init__(self, seconds: float = 60.0, memory_mb: int = 2048, output_chars: int = 2000,
+                 unguarded: bool | None = None):  # fmt: skip
         self.seconds, self.memory_mb, self.output_chars = seconds, memory_mb, output_chars
+        self.unguarded = os.environ.get(UNGUARDED_VARIABLE) == "1" if unguarded is None else unguarded
+        offered = guard.available()
+        self.guarded = offered["landlock"] >= 1 and offered["seccomp"]
+        if not self.guarded and not self.unguarded:
+            raise SandboxUnavailable(
+                f"this machine offers no operating-system guard for generated programs (Landlock ABI "
+                f"{offered['landlock']}, seccomp {'yes' if offered['seccomp'] else 'no'}; Linux 5.13 or later is "
+                f"needed): set {UNGUARDED_VARIABLE}=1 to run them behind Python's audit hook alone, which a "
+                "program can get around"
+            )
         self.network = network_isolation()
         self.libc = ctypes.CDLL(None, use_errno=True)
         paths = sysconfig.get_paths()
         self.drop_user = os.geteuid() == 0 and all(
             others_can_enter(p) for p in (sys.executable, paths["stdlib"], paths["purelib"], paths["platlib"])
         )
+        files = (
+            f"Landlock ABI {offered['landlock']}: writes only in the run's folder, reads only Python's installation "
+            "and the system's libraries, no file executed; seccomp: no process, socket, ptrace, mount or namespace"
+            if self.guarded else "no operating-system guard (opted in)"
+        )
         self.isolation = (
-            f"network: {self.network}; user: {'nobody' if self.drop_user else 'same as the caller'}; "
+            f"{files}; network: {self.network}; user: {'nobody' if self.drop_user else 'same as the caller'}; "
             "audit hook: sockets, processes, ctypes and files outside the folder refused"
         )
         self.readable = sorted(
@@ -199,10 +246,12 @@ class Sandbox:
             if self.drop_user:
                 for path in (folder, *(os.path.join(folder, n) for n in os.listdir(folder))):
                     os.chown(path, NOBODY, NOBODY)
+            settings = {"readable": self.readable, "guarded": [*self.readable, *SYSTEM_LIBRARIES],
+                        "unguarded": not self.guarded}  # fmt: skip
             env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": folder, "TMPDIR": folder, "LANG": "C.UTF-8"}
             start = time.perf_counter()
             child = subprocess.Popen(
-                [sys.executable, "-I", "-c", RUNNER, json.dumps(self.readable)],
+                [sys.executable, "-I", "-c", GUARD + RUNNER, json.dumps(settings)],
                 cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 preexec_fn=self.limits, start_new_session=True,
             )
@@ -227,6 +276,15 @@ class Sandbox:
         except (json.JSONDecodeError, IndexError):
             return RunResult(None, "the program's answer could not be read", shown, seconds)
         return RunResult(answers, None, shown, seconds)
+
+
+def sandbox_or_exit(seconds: float, memory_mb: int) -> Sandbox:
+    """``Sandbox(seconds, memory_mb)`` for a script, made before any long work: exits with its one line
+    where this machine offers no guard and the user did not opt in."""
+    try:
+        return Sandbox(seconds, memory_mb)
+    except SandboxUnavailable as exc:
+        sys.exit(f"error: {exc}")
 
 
 def others_can_enter(path: str) -> bool:

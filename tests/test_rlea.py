@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from in_process import run_script
 from ppoor.checkers.programs import check_answer
+from ppoor.codegen import guard
 from ppoor.codegen.benchmark import (
     FAMILIES,
     FAMILY_KEYS,
@@ -386,6 +387,76 @@ def test_sockets_and_subprocesses_are_refused(sandbox):
                  "import ctypes\nctypes.CDLL('libc.so.6')"):
         result = run(sandbox, body)
         assert result.answers is None and "not allowed" in result.error, body
+
+
+DISARM = """
+import gc, types
+hooks = [f for f in gc.get_objects() if isinstance(f, types.FunctionType) and f.__name__ == "hook" and f.__closure__]
+for hook in hooks:
+    for cell in hook.__closure__:  # the audit hook's own lists and checks, emptied where they live
+        value = cell.cell_contents
+        if isinstance(value, tuple) and value and isinstance(value[0], str):
+            cell.cell_contents = ("/",) if value[0].startswith("/") else ()
+        elif callable(value) and getattr(value, "__name__", "") == "inside":
+            cell.cell_contents = lambda *args: True
+import sys
+for name in ("BLOCKED", "WRITES", "readable"):  # and where an older runner kept them
+    setattr(sys.modules["__main__"], name, ("/",) if name == "readable" else ())
+"""
+"""A hostile program's first lines: the audit hook switched off (its state edited through the garbage
+collector), so that only the operating system's guard stands in the way of what follows."""
+LIBC = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+
+
+@pytest.mark.skipif(not all(guard.available().values()), reason="the kernel offers no Landlock or seccomp here")
+def test_a_hostile_program_that_disarms_the_hook_still_cannot_write_outside_or_start_a_process(sandbox, tmp_path):
+    import sysconfig
+
+    victim, marker = tmp_path / "keep.txt", tmp_path / "started"
+    victim.write_text("precious")
+    os.chmod(tmp_path, 0o777)  # the child may run as nobody: only the guard, not the file's mode, may refuse
+    os.chmod(victim, 0o666)
+    site = Path(sysconfig.get_paths()["purelib"]) / "ppoor_hostile.pth"
+    checkout = ROOT / "hostile.txt"
+    calls_c = "import ctypes\nctypes.CDLL(None).getpid()\nprint('HOOK OFF')"  # the hook refuses it, the OS does not
+    assert "sandbox: ctypes" in run(sandbox, calls_c).error
+    hook_off = run(sandbox, DISARM + calls_c)
+    assert hook_off.answers and "HOOK OFF" in hook_off.output, hook_off.error  # the hook no longer refuses anything
+    attacks = {
+        "shell": f"import os\nif os.system('touch {marker}'):\n    raise PermissionError('Operation not permitted: no shell')",
+        "subprocess": f"import subprocess\nsubprocess.run(['/bin/sh', '-c', 'touch {marker}'], check=True)",
+        "fork": f"import os\nif os.fork() == 0:\n    open({str(marker)!r}, 'w')\n    os._exit(0)",
+        "C-level spawn": f"import os\nos.posix_spawn('/bin/touch', ['touch', {str(marker)!r}], {{}})",
+        "raw os.open": f"import os\nfd = os.open({str(victim)!r}, os.O_WRONLY | os.O_TRUNC)\nos.write(fd, b'gone')",
+        "open for writing": f"open({str(victim)!r}, 'w').write('gone')",
+        "remove": f"import os\nos.remove({str(victim)!r})",
+        "/proc/self/mem": "import os\nfd = os.open('/proc/self/mem', os.O_RDWR)\nos.lseek(fd, id(os), 0)\nos.write(fd, b'x')",
+        "site-packages": f"open({str(site)!r}, 'w').write('import os')",
+        "the checkout": f"open({str(checkout)!r}, 'w').write('x')",
+        "network": "import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)",
+        "libc's fork through ctypes": LIBC + "if libc.fork() < 0:\n    raise PermissionError(os.strerror(ctypes.get_errno()))",
+        "a new namespace": LIBC + "if libc.unshare(0x10000000) != 0:\n    raise PermissionError(os.strerror(ctypes.get_errno()))",
+    }
+    for name, body in attacks.items():
+        result = run(sandbox, DISARM + body)
+        assert result.answers is None, name
+        assert "sandbox:" not in result.error, (name, result.error)  # refused by the OS, not by the hook
+        assert "Permission denied" in result.error or "Operation not permitted" in result.error, (name, result.error)
+    assert victim.read_text() == "precious" and not marker.exists()
+    assert not site.exists() and not checkout.exists()
+
+
+def test_no_guard_no_run_unless_the_user_opts_in(monkeypatch):
+    from ppoor.codegen.sandbox import SandboxUnavailable
+
+    monkeypatch.setattr(guard, "available", lambda: {"landlock": 0, "seccomp": False})
+    monkeypatch.delenv("PPOOR_UNGUARDED_SANDBOX", raising=False)
+    with pytest.raises(SandboxUnavailable, match="PPOOR_UNGUARDED_SANDBOX=1"):
+        Sandbox()
+    monkeypatch.setenv("PPOOR_UNGUARDED_SANDBOX", "1")
+    opted = Sandbox(seconds=8)
+    assert opted.isolation.startswith("no operating-system guard")
+    assert run(opted, "x = 1").answers == [{"objective": 0, "routes": []}]  # the hook alone still runs it
 
 
 def test_a_fake_printed_objective_fails_the_checker(sandbox):
