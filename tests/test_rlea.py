@@ -621,6 +621,8 @@ def script(*args, timeout=600):
     [
         (["rlea.py", "--t-max", "0"], "--t-max must be"),
         (["rlea.py", "--llm-backend", "openai"], "needs --llm-base-url and --llm-model"),
+        (["rlea.py", "--llm-model", "gpt-9"], "--llm-model gpt-9: the local models are smollm2-135m, qwen2.5-coder-1.5b"),
+        (["rlea.py", "--llm-base-url", "http://127.0.0.1:9/v1"], "--llm-base-url is for --llm-backend openai"),
         (["rlea.py", "--problems", "/nonexistent"], "is not a folder"),
         (["rlea.py", "--memory-model", "x"], "go together"),
         (["rlea.py", "--resume", "/nonexistent"], "does not exist"),
