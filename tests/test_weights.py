@@ -34,8 +34,8 @@ def test_pieces_are_joined_in_order_and_a_changed_piece_or_file_is_named(tmp_pat
     root = tmp_path_factory.mktemp("site")
     module = f"toy_part_{abs(hash((root.name, len(pieces))))}_"
     publish(root, module, pieces)
-    sys.path.insert(0, str(root))
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(root))
         model, cache = model_of(module, pieces), root / "cache"
         path = joined(model, cache)
         assert path.read_bytes() == b"".join(pieces) and joined(model, cache) == path  # the second: checked, kept
@@ -55,9 +55,6 @@ def test_pieces_are_joined_in_order_and_a_changed_piece_or_file_is_named(tmp_pat
         with pytest.raises(ValueError, match=f"{model.package}{k} has no part{k:02d}.bin"):
             joined(model, cache)
         assert module + "1" not in sys.modules  # found, never imported
-    finally:
-        sys.path.remove(str(root))
-        importlib.invalidate_caches()
 
 
 def test_a_missing_package_gives_the_install_line(tmp_path):
