@@ -23,7 +23,16 @@ import numpy as np
 import torch
 import tyro
 from ppoor.codegen.episodes import METHODS, PLANNED, allowed_actions, rollout, summarize
-from ppoor.codegen.settings import LLM_LIMITS, PLANNER, LLMArgs, check_args, encode, make_embedder, make_llms
+from ppoor.codegen.settings import (
+    LLM_LIMITS,
+    PLANNER,
+    LLMArgs,
+    check_args,
+    embedder_problem,
+    encode,
+    make_embedder,
+    make_llms,
+)
 from ppoor.training.runs import MAX_SEED, check_writable, fail, write_json
 
 Method = Literal["standard", "cot", "self_refine", "rlea", "random", "fixed", "rlea_no_rag", "rlea_no_memory"]
@@ -180,6 +189,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
         planner_args = copy.copy(args)
         planner_args.embedder = ckpt["args"]["embedder"]
         embed = make_embedder(planner_args, os.path.join(planner_dir, "embeddings.json"))
+        if problem := embedder_problem(ckpt, embed, f"--planner {args.planner}"):
+            fail([problem])
         alpha = ckpt["args"]["alpha_end"]
     sandbox = sandbox_or_exit(args.sandbox_seconds, args.sandbox_memory_mb)  # before the model loads
     action_llm, memory_llm = make_llms(args)

@@ -1,7 +1,7 @@
 """RLEA: a soft Q-learning planner that chooses how an LLM writes and repairs OR-Tools programs for
 VRP variants (Refine, RAG, MLEM), trained on the benchmark's train split.
 
-    python rlea.py --episodes 40                      # the local CPU model (SmolLM2-135M)
+    python rlea.py --episodes 40                      # the local CPU model (Qwen2.5-Coder-0.5B)
     python rlea.py --llm-backend openai --llm-base-url http://localhost:8000/v1 --llm-model NAME
     python rlea.py --resume runs/<run>                # continue a stopped run
     tensorboard --logdir runs
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import tyro
 from ppoor.codegen.records import CHECKPOINT, log_episode, resolve_args, save_run
-from ppoor.codegen.settings import LLM_LIMITS, LLMArgs, encode, make_embedder, make_llms
+from ppoor.codegen.settings import LLM_LIMITS, LLMArgs, embedder_problem, encode, make_embedder, make_llms
 from ppoor.training.runs import MAX_SEED, Run, fail, given_fields
 
 
@@ -119,6 +119,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
     rng = np.random.default_rng(args.seed if ckpt is None else [args.seed, ckpt["episode"]])
 
     embed = make_embedder(args, os.path.join(run.dir, "embeddings.json"))
+    if ckpt is not None and (problem := embedder_problem(ckpt, embed, f"--resume {args.resume}")):
+        fail([problem])
     learner = Learner(2 * len(embed("dimension probe")), args.hidden, args.learning_rate, args.buffer_size)
     memory = Memory.load(os.path.join(run.dir, "memory.json"))
     totals = {"tokens": 0, "calls": 0}

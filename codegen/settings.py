@@ -21,12 +21,12 @@ class LLMArgs:
     problems: str | None = None
     """folder of problem .json files (default: the shipped benchmark, codegen/problems)"""
     llm_backend: Literal["local", "openai"] = "local"
-    """the action model: a local CPU model (through llama-cpp-python) or an OpenAI-compatible endpoint"""
+    """the action model: a local CPU model (llama.cpp through xllamacpp) or an OpenAI-compatible endpoint"""
     llm_base_url: str | None = None
     """the endpoint of --llm-backend openai, e.g. http://localhost:8000/v1 (vLLM), http://localhost:11434/v1 (Ollama)"""
     llm_model: str | None = None
-    """the model name at the endpoint; with --llm-backend local: smollm2-135m (default), qwen2.5-coder-1.5b or
-    qwen2.5-coder-0.5b (their extras: rlea-qwen, rlea-qwen-small)"""
+    """the model name at the endpoint; with --llm-backend local: qwen2.5-coder-0.5b (default, the rlea extra) or
+    qwen2.5-coder-1.5b (the rlea-qwen extra)"""
     llm_key_env: str = "OPENAI_API_KEY"
     """the environment variable holding the endpoint's API key (unset: no key)"""
     memory_base_url: str | None = None
@@ -40,7 +40,7 @@ class LLMArgs:
     temperature: float = 0.2
     """the LLM's sampling temperature"""
     embedder: Literal["local", "hashing"] = "local"
-    """the state embedding: the frozen local model's pooled hidden states, or a model-free hashed bag of words"""
+    """the state embedding: the frozen Qwen2.5-Coder-0.5B's pooled hidden states, or a model-free hashed bag of words"""
     t_max: int = 6
     """the most planner steps after the direct attempt (the paper: 6)"""
     sandbox_seconds: float = 60.0
@@ -108,6 +108,16 @@ def make_embedder(args, path: str | None):
     from ppoor.codegen.llm import CachedEmbedder, HashingEmbedder, LocalEmbedder
 
     return CachedEmbedder(LocalEmbedder(args.llm_threads) if args.embedder == "local" else HashingEmbedder(), path)
+
+
+def embedder_problem(ckpt: dict, embed, flag: str) -> str | None:
+    """A line when the planner of ``ckpt`` was trained on another embedder's states than ``embed``'s (the
+    local model changed, say): its Q-network reads numbers this embedder does not write."""
+    trained = ckpt.get("embedder")
+    if trained is not None and trained != embed.name:
+        return (f"{flag}: its planner was trained on states embedded by {trained}; this install embeds with "
+                f"{embed.name}: train a planner with it (rlea.py) or pass --embedder hashing if that planner used it")
+    return None
 
 
 def encode(embed, texts: tuple[str, str]) -> np.ndarray:

