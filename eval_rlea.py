@@ -11,18 +11,19 @@ mean gap of the successes, steps, LLM calls, tokens, seconds), and a JSON file.
 
 
 import copy
+import json
 import os
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import torch
 import tyro
-from ppoor.codegen.episodes import METHODS, PLANNED, allowed_actions, rollout, summarize
+from ppoor.codegen.episodes import METHODS, PLANNED, allowed_actions, outcome, rollout, summarize
 from ppoor.codegen.settings import (
     LLM_LIMITS,
     PLANNER,
@@ -33,7 +34,7 @@ from ppoor.codegen.settings import (
     make_embedder,
     make_llms,
 )
-from ppoor.training.runs import MAX_SEED, check_writable, fail, write_json
+from ppoor.training.runs import MAX_SEED, check_writable, fail, given_fields, write_json
 
 Method = Literal["standard", "cot", "self_refine", "rlea", "random", "fixed", "rlea_no_rag", "rlea_no_memory"]
 
@@ -58,7 +59,10 @@ class Args(LLMArgs):
     online_memory: bool = False
     """keep distilling lessons into the memory during evaluation (the paper's online setting)"""
     output: str | None = None
-    """the JSON file of the results (default: runs/eval_rlea__{seed}__{time}.json)"""
+    """the JSON file of the results, rewritten after every problem (default: runs/eval_rlea__{seed}__{time}.json)"""
+    resume: str | None = None
+    """the --output file of an interrupted run: it goes on in that file with that run's settings (give nothing
+    else), the problems it finished kept"""
 
 
 LIMITS = LLM_LIMITS | {"seed": (0, MAX_SEED)}
@@ -131,8 +135,30 @@ def judge(args: Args, problem: dict) -> int:
     return 0 if attempt.success else 1
 
 
+def resumed(args: Args, given: set[str]) -> tuple[Args, dict]:
+    """The settings and the finished rows (method -> rows) of the interrupted run whose results file
+    ``args.resume`` names; exits with one line when it cannot go on."""
+    try:
+        with open(args.resume) as f:
+            report = json.load(f)
+        names = {f.name for f in fields(Args)}
+        saved = {k: tuple(v) if isinstance(v, list) else v for k, v in report["args"].items() if k in names}
+        done = dict(report["per_problem"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        fail([f"--resume {args.resume}: not an eval_rlea.py results file ({type(exc).__name__}: {exc})"])
+    if extra := sorted(given - {"resume"}):
+        fail([f"--resume goes on with the run's own settings: drop {' '.join('--' + e.replace('_', '-') for e in extra)}"])
+    if report.get("finished", True):
+        fail([f"--resume {args.resume}: that run finished; its totals are in the file"])
+    return Args(**{**saved, "resume": args.resume, "output": args.resume}), done
+
+
 def main(args: Args, given: set[str] | None = None) -> None:
-    """Evaluates the methods (``given``, the fields given on the command line, is unused: nothing resumes)."""
+    """Evaluates the methods; ``given``: the fields given on the command line (with --resume, none other)."""
+    done = {}
+    if args.resume:
+        args, done = resumed(args, given or set())
+        print(f"resuming {args.resume}: {sum(len(rows) for rows in done.values())} problem runs finished", flush=True)
     problems_found = check_args(args, LIMITS)
     needs_planner = [m for m in args.methods if m in NEED_PLANNER and not args.judge]
     if args.judge is not None:
@@ -180,7 +206,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng([args.seed, sum(len(rows) for rows in done.values())])  # resumed: new draws
 
     base_memory, embed, alpha = Memory(), None, 1.0
     if ckpt is not None:
@@ -201,6 +227,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
     results, totals = {}, {}
     for method in args.methods:
         memory = copy.deepcopy(base_memory)
+        memory_file = os.path.splitext(output)[0] + f".memory.{method}.json"
+        if args.online_memory and args.planner and done and os.path.exists(memory_file):
+            memory = Memory.load(memory_file)  # the lessons the interrupted run had distilled
         executor = Executor(action_llm, memory_llm, sandbox, retriever, memory, args.max_tokens, args.temperature,
                             rag_k=args.rag_k)
         allowed = torch.from_numpy(allowed_actions(method))
@@ -212,41 +241,45 @@ def main(args: Args, given: set[str] | None = None) -> None:
                 return step % 3
             return sample_action(q_net, encode(embed, texts), alpha, rng, allowed)
 
-        episodes, rows = [], []
+        rows = results[method] = list(done.get(method, []))
+        finished = {row["problem"] for row in rows}
         for i, problem in enumerate(problems):
+            if problem["name"] in finished:
+                continue
             start = time.perf_counter()
             calls, tokens = executor.usage.calls, executor.usage.prompt_tokens + executor.usage.completion_tokens
             episode = rollout(executor, problem, method, args.t_max, choose if method in PLANNED else None,
                               learn_memory=args.online_memory)
             last = episode.attempts[-1]
-            row = {"problem": problem["name"], "success": episode.success, "runtime_error": episode.runtime_error,
-                   "gap": last.gap, "steps": len(episode.attempts), "actions": [a.action for a in episode.attempts],
+            row = {"problem": problem["name"], **outcome(episode), "actions": [a.action for a in episode.attempts],
                    "llm_calls": executor.usage.calls - calls,
                    "tokens": executor.usage.prompt_tokens + executor.usage.completion_tokens - tokens,
                    "seconds": time.perf_counter() - start, "feedback": last.feedback[:500]}
             rows.append(row)
-            episodes.append(episode)
             gap = "-" if last.gap is None else f"{100 * last.gap:.1f}%"
             print(f"[{method} {i + 1}/{len(problems)}] {problem['name']}: success={episode.success} "
                   f"ran={last.ran} gap={gap} steps={row['steps']} ({','.join(row['actions'])}) "
                   f"{row['seconds']:.0f}s", flush=True)
-        summary = summarize(episodes)
-        summary.update(llm_calls=sum(r["llm_calls"] for r in rows), tokens=sum(r["tokens"] for r in rows),
-                       seconds=sum(r["seconds"] for r in rows))
-        results[method], totals[method] = rows, summary
-        if args.online_memory and args.planner:
-            memory.save(os.path.splitext(output)[0] + f".memory.{method}.json")
+            if args.online_memory and args.planner:
+                memory.save(memory_file)
+            write_json(output, report(args, action_llm, memory_llm, problems, totals, results, finished=False))
+        totals[method] = summarize(rows) | {key: sum(r[key] for r in rows) for key in ("llm_calls", "tokens", "seconds")}
 
-    report = {"args": asdict(args), "action_model": action_llm.name, "memory_model": memory_llm.name,
-              "problems": [p["name"] for p in problems], "totals": totals, "per_problem": results}
-    write_json(output, report)
+    write_json(output, report(args, action_llm, memory_llm, problems, totals, results, finished=True))
     print(table(totals))
     print(f"results: {output}", flush=True)
 
 
+def report(args: Args, action_llm, memory_llm, problems: list[dict], totals: dict, results: dict, finished: bool) -> dict:
+    """The results file: the settings, the models, the problems, the totals of the methods done and every row;
+    ``finished`` false while the run goes on (--resume reads it then)."""
+    return {"args": asdict(args), "action_model": action_llm.name, "memory_model": memory_llm.name,
+            "problems": [p["name"] for p in problems], "finished": finished, "totals": totals, "per_problem": results}
+
+
 def cli() -> None:
     """The ``ppo-or-rlea-eval`` console command."""
-    main(tyro.cli(Args))
+    main(tyro.cli(Args), given_fields(Args, sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -74,14 +74,21 @@ def rollout(
     return episode
 
 
-def summarize(episodes: list[Episode]) -> dict:
-    """SR, RER, mean gap of the successes, steps (attempts), over the episodes."""
-    n = len(episodes)
-    gaps = [e.attempts[-1].gap for e in episodes if e.success]
+def outcome(episode: Episode) -> dict:
+    """What the totals read of one episode (eval_rlea.py's rows hold the same keys): success, runtime error, the
+    gap of its last attempt, its steps (attempts)."""
+    return {"success": episode.success, "runtime_error": episode.runtime_error, "gap": episode.attempts[-1].gap,
+            "steps": len(episode.attempts)}
+
+
+def summarize(outcomes: list[dict]) -> dict:
+    """SR, RER, mean gap of the successes, steps (attempts), over the ``outcomes`` (``outcome``'s dicts)."""
+    n = len(outcomes)
+    gaps = [o["gap"] for o in outcomes if o["success"]]
     return {
         "problems": n,
-        "success_rate": sum(e.success for e in episodes) / n if n else 0.0,
-        "runtime_error_rate": sum(e.runtime_error for e in episodes) / n if n else 0.0,
+        "success_rate": sum(o["success"] for o in outcomes) / n if n else 0.0,
+        "runtime_error_rate": sum(o["runtime_error"] for o in outcomes) / n if n else 0.0,
         "mean_gap": float(np.mean(gaps)) if gaps else None,
-        "mean_steps": float(np.mean([len(e.attempts) for e in episodes])) if n else 0.0,
+        "mean_steps": float(np.mean([o["steps"] for o in outcomes])) if n else 0.0,
     }

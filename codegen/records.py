@@ -19,10 +19,10 @@ CHECKPOINT = "rlea.pt"  # the training state: networks, optimizer, replay buffer
 def log_episode(run: Run, result, recent: list, alpha: float, loss: float, totals: dict, lessons: int, args) -> str:
     """Logs an episode's charts (success over the ``recent`` episodes, the actions chosen, LLM use)
     and returns its line."""
-    from ppoor.codegen.episodes import summarize
+    from ppoor.codegen.episodes import outcome, summarize
     from ppoor.codegen.planner import ACTIONS
 
-    stats = summarize(recent)
+    stats = summarize([outcome(e) for e in recent])
     for tag, value in (
         ("charts/success_rate", stats["success_rate"]), ("charts/runtime_error_rate", stats["runtime_error_rate"]),
         ("charts/mean_gap", stats["mean_gap"]), ("charts/alpha", alpha),

@@ -31,7 +31,7 @@ from ppoor.codegen.benchmark import (
     relax,
     shipped_problems,
 )
-from ppoor.codegen.episodes import rollout, summarize
+from ppoor.codegen.episodes import outcome, rollout, summarize
 from ppoor.codegen.executor import REWARD_INVALID, REWARD_RUNTIME_ERROR, Executor, feedback_of, reward
 from ppoor.codegen.llm import HashingEmbedder, ReplayChat, extract_code
 from ppoor.codegen.memory import Memory, parse_lessons
@@ -601,7 +601,7 @@ def test_generate_fail_refine_succeed(name, replies, actions, sandbox):
     assert [t[2] for t in episode.transitions] == [a.reward for a in episode.attempts[1:]]
     assert episode.transitions[-1][4] is True
     assert executor.memory.lessons[0].text == "keep the data in the function's argument"
-    assert summarize([episode])["success_rate"] == 1.0
+    assert summarize([outcome(episode)])["success_rate"] == 1.0
 
 
 def test_hashing_embedder_is_deterministic_and_normalised():
@@ -777,6 +777,40 @@ def test_rlea_trains_checkpoints_and_resumes_against_an_endpoint(tmp_path, progr
     planner_only = script("rlea.py", "--resume", f"{run_dir}/planner.pt", "--episodes", "4")
     assert planner_only.returncode != 0 and "holds weights only" in planner_only.stderr
     shutil.rmtree(ROOT / run_dir)
+
+
+def test_an_interrupted_evaluation_resumes_without_running_its_finished_problems_again(tmp_path, program_endpoint):
+    """eval_rlea.py rewrites its results after every problem; --resume FILE keeps the rows it finished (a row
+    the endpoint could not have written stands as it was), runs the rest with the file's settings, and
+    refuses other settings, a finished file and a file that is not one."""
+    folder = folder_of(tmp_path / "problems", *(problem_on(line(), [], 8.0, optimal=True, name=f"line-{k}")
+                                                for k in "abc"))
+    out = tmp_path / "eval.json"
+    first = script("eval_rlea.py", "--problems", str(folder), "--methods", "standard", "fixed", "--t-max", "1",
+                   "--llm-backend", "openai", "--llm-base-url", program_endpoint, "--llm-model", "m",
+                   "--output", str(out), timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr[-2000:]
+    whole = json.loads(out.read_text())
+    assert whole["finished"] is True and [r["problem"] for r in whole["per_problem"]["fixed"]] == ["line-a", "line-b", "line-c"]
+    # the file as an interruption during fixed's second problem leaves it, one kept row marked
+    cut = {**whole, "finished": False, "totals": {"standard": whole["totals"]["standard"]}}
+    cut["per_problem"] = {"standard": whole["per_problem"]["standard"],
+                          "fixed": [{**whole["per_problem"]["fixed"][0], "success": False, "feedback": "kept"}]}
+    out.write_text(json.dumps(cut))
+    resumed = script("eval_rlea.py", "--resume", str(out), timeout=300)
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stdout + resumed.stderr[-2000:]
+    assert "[standard" not in resumed.stdout and "[fixed 1/3]" not in resumed.stdout and "[fixed 3/3]" in resumed.stdout
+    after = json.loads(out.read_text())
+    assert after["finished"] is True and after["per_problem"]["fixed"][0]["feedback"] == "kept"
+    assert [r["problem"] for r in after["per_problem"]["fixed"]] == ["line-a", "line-b", "line-c"]
+    assert after["totals"]["fixed"]["success_rate"] == pytest.approx(2 / 3) and after["totals"]["standard"]["success_rate"] == 1.0
+    for args, message in ((["--resume", str(out)], "that run finished"),
+                          (["--resume", str(out), "--t-max", "2"], "drop --t-max"),
+                          (["--resume", str(folder / "line-a.json")], "not an eval_rlea.py results file")):
+        if "--t-max" in args:
+            out.write_text(json.dumps(cut))
+        refused = script("eval_rlea.py", *args, timeout=120)
+        assert refused.returncode != 0 and message in refused.stderr, refused.stderr
 
 
 def test_the_openai_backend_speaks_the_chat_completions_protocol():
