@@ -136,7 +136,10 @@ class Args:
     shortest_path_release, random, shortest_path_safety, deadlock_avoidance, planner, planner_longest, planner_random,
     oracle"""
     planner_seconds: float = 10.0
-    """the planner's time per map for its plan and its repair (seconds, on one thread)"""
+    """the planner's time per map for its plan and its repair (seconds, on one thread; then 1 s a step)"""
+    planner_searches: int | None = None
+    """instead of seconds, a budget of train searches (that many before the first step, a tenth of them a step):
+    the same plans on every run however loaded the machine is, for comparing planner changes"""
     priorities: str | None = None
     """a ppo_flatland.py --learn priorities checkpoint (or its run's ckpt folder): plays planner_learned"""
     output: str | None = None
@@ -166,6 +169,7 @@ LIMITS = {
     "threshold": (0.0, 1.0),
     "threads": (1, MAX_THREADS),
     "planner_seconds": (1e-3, 86_400.0),
+    "planner_searches": (10, 10**9),
 }
 """The closed range of every numeric argument (``training.runs.check_numbers``)."""
 
@@ -207,9 +211,9 @@ def attempt(play_one, *args, **kwargs) -> dict | str | None:
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
 
 
-def plan_map(draw, seed: int, ordering: str, seconds: float, initial) -> dict:
+def plan_map(draw, seed: int, ordering: str, seconds: float, initial, searches: int | None = None) -> dict:
     """The planner's episode on the map ``draw(seed)`` (``railway.spacetime.play_planner``)."""
-    return play_planner(draw(seed), ordering, seconds, seed, initial=initial)
+    return play_planner(draw(seed), ordering, seconds, seed, initial=initial, searches=searches)
 
 
 QUALITY = ("arrival_rate", "on_time_rate", "normalized_score")
@@ -312,7 +316,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
                 initial = partial(learned_plans, learned) if learned_order else None
                 ordering = "closest" if learned_order else ordering
                 episodes[name] = [
-                    attempt(plan_map, draw, seed, ordering, args.planner_seconds, initial) for seed in seeds
+                    attempt(plan_map, draw, seed, ordering, args.planner_seconds, initial, args.planner_searches)
+                    for seed in seeds
                 ]
                 rules[name], row[name] = None, averaged(episodes[name], seeds, PLANNER_METRICS)
         whole = {name for name, maps in episodes.items() if all(isinstance(p, dict) for p in maps)}  # none failed

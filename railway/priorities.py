@@ -14,11 +14,10 @@ embedding size.
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import torch
-from ppoor.railway.spacetime import Planner, Track, best_plans, free_path_cells, play_planner
+from ppoor.railway.spacetime import Allowance, Planner, Track, best_plans, free_path_cells, play_planner
 from torch import nn
 
 FEATURES = (
@@ -133,13 +132,12 @@ def order_reward(planner: Planner) -> float:
 
 
 def learned_plans(
-    policy: PriorityPolicy, track: Track, seconds: float, rng: np.random.Generator, samples: int = 8
+    policy: PriorityPolicy, track: Track, allowance: Allowance, rng: np.random.Generator, samples: int = 8
 ) -> Planner:
     """The planner's plans in the policy's most likely order; while trains stay unplanned, for a quarter
-    of ``seconds`` at most, orders drawn from the policy (``samples`` at a time), the best plan kept (as
-    ``initial_plans`` restarts random orders); then repaired for the rest of ``seconds`` (the policy's
-    own time counted; ``spacetime.best_plans``): ``play_planner``'s ``initial``, with the policy bound."""
-    start = time.perf_counter()
+    of ``allowance`` at most, orders drawn from the policy (``samples`` at a time), the best plan kept (as
+    ``initial_plans`` restarts random orders); then repaired for the rest of it (the policy's own time
+    counted; ``spacetime.best_plans``): ``play_planner``'s ``initial``, with the policy bound."""
     features = torch.as_tensor(train_features(track))[None]
 
     def orders():  # no_grad around each call only: a generator's context would outlive its yields
@@ -150,7 +148,7 @@ def learned_plans(
                 sampled = policy(features.expand(samples, -1, -1), generator=draws)[0].tolist()
             yield from sampled
 
-    return best_plans(track, orders(), seconds, rng, start)
+    return best_plans(track, orders(), allowance, rng)
 
 
 def lead_over(learned: list[dict], fixed: list[dict], seed: int = 0, resamples: int = 10_000) -> dict:

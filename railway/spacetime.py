@@ -263,6 +263,22 @@ def free_path_cells(track: Track, handle: int, at) -> set:
     return cells
 
 
+class Allowance:
+    """What one planning phase may spend, counted from its creation: wall-clock ``seconds`` (Flatland 3's
+    limits), or, with ``searches``, that many train searches (``search`` calls) instead: the same plans on
+    every run whatever else the machine runs, for comparisons (the seconds then are measured, not bounded)."""
+
+    def __init__(self, seconds: float, searches: int | None = None):
+        self.seconds, self.searches = seconds, searches
+        self.start, self.used = time.perf_counter(), 0
+
+    def spent(self, share: float = 1.0) -> bool:
+        """Whether ``share`` of the allowance is spent."""
+        if self.searches is None:
+            return time.perf_counter() - self.start >= share * self.seconds
+        return self.used >= share * self.searches
+
+
 class Planner:
     """Plans and repairs the paths of every train of one map (``Track``) from some step on.
 
@@ -330,20 +346,22 @@ class Planner:
         late = sum(max(plan.arrival - latest[plan.handle], 0) for plan in self.plans.values())
         return len(self.plans), -late, -sum(plan.arrival for plan in self.plans.values())
 
-    def repair(self, t0: int, at: dict, deadline: float, size: int = 4) -> int:
-        """Large-neighbourhood search over the priorities until ``deadline`` (time.perf_counter): a failed
+    def repair(self, t0: int, at: dict, allowance: Allowance, size: int = 4) -> int:
+        """Large-neighbourhood search over the priorities until ``allowance`` is spent: a failed
         train and up to ``size`` trains holding cells of its free path, planned again with it first
         (the others in random order); kept when the objective improves, else undone. Returns the
         repairs kept."""
         kept = 0
-        while self.failed and time.perf_counter() < deadline:
+        while self.failed and not allowance.spent():
             handle = self.failed[int(self.rng.integers(len(self.failed)))]
             cells = free_path_cells(self.track, handle, at.get(handle))
             holders = sorted(h for h in self.book.holders(cells) if h in self.plans and h != handle)
             chosen = [holders[i] for i in self.rng.permutation(len(holders))[:size]]
             before, saved, parked = self.objective(), {h: self.plans[h] for h in chosen}, dict(self.book.parked)
             self.drop([handle, *chosen])
+            searched = self.searches
             self.plan([handle, *chosen], t0, at)
+            allowance.used += self.searches - searched
             if self.objective() > before and not self.crossing_parked():
                 kept += 1
                 continue
@@ -420,34 +438,34 @@ def positions(env) -> tuple[dict, set]:
     return on_map, done
 
 
-def best_plans(track: Track, orders, seconds: float, rng: np.random.Generator, start: float | None = None) -> Planner:
+def best_plans(track: Track, orders, allowance: Allowance, rng: np.random.Generator) -> Planner:
     """The plans from step 0 of the priority orders ``orders`` yields (the first always planned; more
-    while trains stay unplanned and a quarter of ``seconds`` lasts), the best kept, then repaired for
-    the rest of ``seconds``, counted from ``start`` (time.perf_counter; default now)."""
-    start = time.perf_counter() if start is None else start
+    while trains stay unplanned and a quarter of ``allowance`` lasts), the best kept, then repaired for
+    the rest of it."""
     best = None
     for order in orders:
         planner = Planner(track, rng)
         planner.plan(list(order), 0, {})
+        allowance.used += planner.searches
         if best is None or planner.objective() > best.objective():
             best = planner
-        if not best.failed or time.perf_counter() - start > seconds / 4:
+        if not best.failed or allowance.spent(0.25):
             break
-    best.repair(0, {}, start + seconds)
+    best.repair(0, {}, allowance)
     return best
 
 
-def initial_plans(track: Track, ordering: str, seconds: float, rng: np.random.Generator) -> Planner:
+def initial_plans(track: Track, ordering: str, allowance: Allowance, rng: np.random.Generator) -> Planner:
     """The plans from step 0 in the order ``ordering`` (random: new random orders while a quarter of
-    ``seconds`` lasts, the best kept), then repaired for the rest of ``seconds`` (``best_plans``)."""
-    start, orderer = time.perf_counter(), Planner(track, rng)
+    ``allowance`` lasts, the best kept), then repaired for the rest of it (``best_plans``)."""
+    orderer = Planner(track, rng)
 
     def orders():
         yield orderer.order(ordering, range(track.trains))
         while ordering == "random":
             yield orderer.order(ordering, range(track.trains))
 
-    return best_plans(track, orders(), seconds, rng, start)
+    return best_plans(track, orders(), allowance, rng)
 
 
 def play_planner(
@@ -458,15 +476,17 @@ def play_planner(
     disturb=None,
     initial=None,
     step_seconds: float = 1.0,
+    searches: int | None = None,
 ) -> dict:
     """One episode of the RailEnv ``env`` (just reset) run by the planner: plans with ``ordering`` (by
     default random restarts, the best fixed order on the test maps) and the repair within ``seconds``
-    (``initial``: a callable (track, seconds, rng) -> Planner that plans instead, such as a learned
+    (``initial``: a callable (track, Allowance, rng) -> Planner that plans instead, such as a learned
     order's, ``railway.priorities.learned_plans``), then steps the simulator along the plans (``replan``:
     the trains it moved otherwise, those a malfunction stopped and those they block; ``disturb``: an
     optional callable (step, actions) -> actions that overrides some, as an outside fault would),
     retrying the trains without a path whenever a train arrives (one on the map with no path holds its
-    cell meanwhile) and repairing for at most ``step_seconds`` a step. Returns ``episode_scores`` with
+    cell meanwhile) and repairing for at most ``step_seconds`` a step (``searches``: instead of seconds, that
+    many train searches before the first step and a tenth of them a step, ``Allowance``). Returns ``episode_scores`` with
     planning_seconds (the episode's planning: initial, repair and replanning), replans (trains replanned
     after leaving their plan or broken), planned (trains with a path at step 0)."""
     if ordering not in ORDERINGS:
@@ -475,12 +495,15 @@ def play_planner(
         raise ValueError(f"the planning time must be positive, got {seconds}")
     if not step_seconds > 0:
         raise ValueError(f"the planning time per step must be positive, got {step_seconds}")
+    if searches is not None and searches < 10:
+        raise ValueError(f"the planning searches must be at least 10 (a tenth of them a step), got {searches}")
     from ppoor.railway.track import deadlocked_trains
 
     start = time.perf_counter()
     track = Track(env)
     rng = np.random.default_rng(seed)
-    planner = initial(track, seconds, rng) if initial else initial_plans(track, ordering, seconds, rng)
+    allowance = Allowance(seconds, searches)
+    planner = initial(track, allowance, rng) if initial else initial_plans(track, ordering, allowance, rng)
     planned, replans, first = len(planner.plans), 0, time.perf_counter() - start
     rewards, simulator_seconds, arrived_before = np.zeros(track.trains), 0.0, 0
     step_times: list[float] = []
@@ -491,7 +514,7 @@ def play_planner(
         on_map, done = positions(env)
         planner.ready, at_exit = moving_state(env, t)
         arrived, arrived_before = len(done) > arrived_before, len(done)
-        replans += replan(planner, t, on_map, done, arrived, tick + step_seconds)
+        replans += replan(planner, t, on_map, done, arrived, Allowance(step_seconds, searches and searches // 10))
         actions = actions_at(track, planner.plans, t, on_map, at_exit)
         if disturb is not None:
             actions = disturb(t + 1, actions)
@@ -505,12 +528,13 @@ def play_planner(
     return {**scores, "planning_seconds": first + sum(step_times), "replans": replans, "planned": planned}
 
 
-def replan(planner: Planner, t: int, on_map: dict, done: set, arrived: bool, deadline: float) -> int:
+def replan(planner: Planner, t: int, on_map: dict, done: set, arrived: bool, allowance: Allowance) -> int:
     """Brings the plans in line with the simulator at step t: replans the trains it moved otherwise than
     planned, the broken ones whose plans move before they can (``Planner.ready``), the trains whose
     reservations a broken train's held cell now blocks, and (when a train ``arrived``) the trains with
     no path; a broken train first, then those on the map. A train on the map left without a path holds
-    its cell; the repair runs on while trains lack one, until ``deadline``. Returns the trains replanned."""
+    its cell; the repair runs on while trains lack one, until ``allowance`` (which the replanning's searches
+    count towards) is spent. Returns the trains replanned."""
     plans, ready = planner.plans, planner.ready
 
     def broken(h):
@@ -533,7 +557,7 @@ def replan(planner: Planner, t: int, on_map: dict, done: set, arrived: bool, dea
     chosen = (off_plan | stopped | blocked | retry) - done
     if not chosen:
         return 0
-    first, retried = set(moved), set()
+    first, retried, searched = set(moved), set(), planner.searches
     while chosen:
         planner.drop(chosen)
         planner.plan(sorted(chosen, key=lambda h: (h not in first, h not in on_map, h)), t, on_map)
@@ -542,7 +566,8 @@ def replan(planner: Planner, t: int, on_map: dict, done: set, arrived: bool, dea
             first = {h for h in planner.failed if h in on_map} - retried
             retried |= first
             chosen |= first
-    planner.repair(t, on_map, deadline)
+    allowance.used += planner.searches - searched
+    planner.repair(t, on_map, allowance)
     return len(moved)
 
 

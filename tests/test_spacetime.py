@@ -18,6 +18,7 @@ pytest.importorskip("flatland", reason="flatland-rl is an optional extra: pip in
 from flatland.envs.step_utils.states import TrainState  # noqa: E402
 from ppoor.railway.env import MOVE_FORWARD, rail_env  # noqa: E402
 from ppoor.railway.spacetime import (  # noqa: E402
+    Allowance,
     Plan,
     Planner,
     Reservations,
@@ -129,7 +130,7 @@ def test_the_simulator_carries_out_the_plans_to_the_letter(size, seed, ordering)
     """No train ever leaves its plan (no replanning), every planned train arrives, nobody deadlocks;
     no two plans hold a cell at one step or swap, and every plan ends within the step limit."""
     width, height, trains = size
-    planner = initial_plans(Track(rail_env(width, height, trains, seed)), ordering, 0.5, np.random.default_rng(seed))
+    planner = initial_plans(Track(rail_env(width, height, trains, seed)), ordering, Allowance(0.5), np.random.default_rng(seed))
     held, limit = {}, planner.track.max_steps
     for plan in planner.plans.values():
         assert plan.arrival <= limit and plan.path[-1][0] == planner.track.targets[plan.handle]
@@ -172,14 +173,15 @@ def test_the_repair_plans_a_train_that_found_no_path_when_it_can():
     before = planner.objective()
     assert planner.failed
     planner.limit = 20_000
-    planner.repair(0, {}, deadline=time.perf_counter() + 10)
+    planner.repair(0, {}, Allowance(10.0))
     assert planner.objective() > before and len(planner.failed) < track.trains - before[0]
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"ordering": "fastest"}, "ordering must be one of closest, longest, random"),
-     ({"seconds": 0.0}, "the planning time must be positive")],
+     ({"seconds": 0.0}, "the planning time must be positive"),
+     ({"searches": 5}, "the planning searches must be at least 10")],
 )  # fmt: skip
 def test_bad_planner_arguments_fail_in_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message) as error:
@@ -256,7 +258,7 @@ def test_learned_plans_land_more_trains_than_the_policys_most_likely_order_withi
     greedy = plan_in_order(track, order[0].tolist())
     assert greedy.failed  # the case the restarts are for: this untrained policy's order leaves 2 trains out
     start = time.perf_counter()
-    planner = learned_plans(policy, track, 4.0, np.random.default_rng(0), samples=4)
+    planner = learned_plans(policy, track, Allowance(4.0), np.random.default_rng(0), samples=4)
     assert time.perf_counter() - start < 4.0 + 2.0  # the budget holds (one plan's overrun at most)
     assert planner.objective() > greedy.objective() and len(planner.failed) < len(greedy.failed)
 
@@ -465,7 +467,7 @@ def test_under_flatland3_speeds_the_simulator_carries_out_the_plans(size, seed):
         entered, arrived = drive(env, track, {handle: plan})
         assert entered[handle] == track.earliest[handle] > env.agents[handle].earliest_departure
         assert arrived[handle] == plan.arrival
-    planner = initial_plans(track, "random", 0.5, np.random.default_rng(seed))
+    planner = initial_plans(track, "random", Allowance(0.5), np.random.default_rng(seed))
     for plan in planner.plans.values():
         k, cells = track.cell_steps[plan.handle], [cell for cell, _ in plan.path]
         runs = [len(list(group)) for _, group in itertools.groupby(cells)]
@@ -543,6 +545,40 @@ def test_the_oracle_is_each_train_alone_with_its_own_malfunctions(seed):
         assert malfunction_steps(flatland3_map(25, 25, 5, seed))[handle] == broken[handle]
         delayed += arrivals[handle] > track.alone_arrival(handle)
     assert delayed >= 1  # the seeds were chosen so that a malfunction delays a train
+
+
+def test_a_budget_of_searches_plays_the_same_episode_whatever_the_machine_runs():
+    """With ``searches`` the planner's budget is a count of train searches, not seconds. A repair that would
+    otherwise run for a day (trains left without a path by a tiny search limit) stops at the count, with the
+    same plans whether or not a thread keeps the CPU busy beside it; and two episodes of a Flatland 3 map with
+    malfunctions, one of them beside that thread, land the same trains with the same replans and score."""
+    import threading
+
+    def busy(work):
+        stop = threading.Event()
+        spinner = threading.Thread(target=lambda: [sum(range(10_000)) for _ in iter(stop.is_set, True)])
+        spinner.start()
+        try:
+            return work()
+        finally:
+            stop.set()
+            spinner.join()
+
+    def repaired():
+        track = Track(rail_env(35, 35, 10, seed=3))
+        planner = Planner(track, np.random.default_rng(0), limit=40)
+        planner.plan(planner.order("longest", range(track.trains)), 0, {})
+        assert planner.failed
+        allowance = Allowance(86_400.0, searches=60)
+        planner.repair(0, {}, allowance)
+        return {h: (p.start, p.path) for h, p in planner.plans.items()}, allowance.used
+
+    quiet, loaded = repaired(), busy(repaired)
+    assert quiet == loaded and 60 <= quiet[1] <= 60 + 5  # one repair (a train and 4 others) over at most
+    episode = lambda: play_planner(flatland3_map(30, 30, 8, 13), "random", 10.0, 13, searches=400)  # noqa: E731
+    first, second = episode(), busy(episode)
+    keys = ("arrival_rate", "on_time_rate", "normalized_score", "replans", "planned")
+    assert {k: first[k] for k in keys} == {k: second[k] for k in keys} and first["replans"] >= 1
 
 
 def test_a_train_left_without_a_path_does_not_take_the_trains_behind_it_down():
