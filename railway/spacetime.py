@@ -18,7 +18,8 @@ The repair (``Planner.repair``) takes a train that found no path with a few trai
 lie on its way, plans them again with the failed train first, and keeps the result when more trains
 arrive (or as many, sooner), until its time is spent. ``play_planner`` runs an episode: it plans,
 steps the simulator by the plans, and replans the trains the simulator moved otherwise than planned
-(malfunctions, where the env has them).
+(malfunctions, where the env has them); where a replan would strand a train on the map, it carries the
+plans out in order instead of on time (``Precedence``) until all trains can be planned afresh.
 
 Positions are (row, column); headings 0..3 = north, east, south, west; a step t is the simulator's
 state after its t-th step (t = 0 at reset).
@@ -43,6 +44,7 @@ from ppoor.railway.track import (
 )
 
 INF = float("inf")
+RESYNC_STEPS = 10  # while plans run in order (``Precedence``), every train is planned again from scratch this often
 ORDERINGS = ("closest", "longest", "random")
 """The fixed priority orders: the trains closest to their targets first, the farthest first, or random
 orders (restarted while the planning time lasts, the best kept)."""
@@ -326,6 +328,36 @@ class Planner:
                 self.failed.remove(handle)
         self.book.parked = {cell: park for cell, park in self.book.parked.items() if park[0] not in handles}
 
+    def snapshot(self) -> tuple:
+        """The plans, the failed trains and the reservations, for ``restore``."""
+        book = self.book
+        return dict(self.plans), list(self.failed), {c: dict(v) for c, v in book.by_cell.items()}, dict(book.parked)
+
+    def restore(self, saved: tuple) -> None:
+        self.plans, self.failed, self.book.by_cell, self.book.parked = saved
+
+    def stranded(self, on_map: dict) -> bool:
+        """Whether a train on the map has no path (it would hold its cell for good)."""
+        return any(h in on_map for h in self.failed)
+
+    def replan_all(self, t: int, on_map: dict, done: set) -> bool:
+        """Every train still to run planned again from step t: those on the map first, a train with fewer of
+        them on its way ahead sooner; then those off it in the order they were to depart. Kept, and True,
+        when every train on the map gets a path and no more trains lack one than before; else undone."""
+        saved, track = self.snapshot(), self.track
+        departs = {h: plan.start for h, plan in self.plans.items()}
+        todo = [h for h in range(track.trains) if h not in done]
+        self.drop(todo)
+        on = [h for h in todo if h in on_map]
+        ways = {h: free_path_cells(track, h, on_map[h]) for h in on}
+        ahead = {h: sum(on_map[a][0] in ways[h] for a in on if a != h) for h in on}
+        off = sorted((h for h in todo if h not in on_map), key=lambda h: (departs.get(h, INF), h))
+        self.plan(sorted(on, key=lambda h: (ahead[h], h)) + off, t, on_map)
+        if self.stranded(on_map) or len(self.failed) > len(saved[1]):
+            self.restore(saved)
+            return False
+        return True
+
     def crossing_parked(self) -> set:
         """The trains whose planned paths enter a parked train's cell while it is parked there."""
         return {
@@ -438,6 +470,82 @@ def positions(env) -> tuple[dict, set]:
     return on_map, done
 
 
+class Precedence:
+    """The plans carried out in order rather than on time: each cell's visits in the order the plans make
+    them, and each train's progress through its own. A train enters its next cell once every train planned
+    there before it has left that cell, or leaves it in the same step (a ring of trains moves as one), and
+    not before its plan says. Plans free of conflicts stay so however late trains run, with no deadlock (the
+    minimal communication policy of Ma, Kumar and Koenig, 2017, which the Flatland 2020 winners carried their
+    plans out by): what ``play_planner`` falls back on when replanning would leave a train on the map
+    without a path."""
+
+    def __init__(self, plans: dict):
+        self.visits: dict[int, list] = {}  # handle -> [(cell, heading, planned entering step)], distinct cells
+        self.by_cell: dict = {}  # cell -> sorted [(planned entering step, handle, visit index)]
+        self.progress: dict[int, int] = {}  # handle -> the visit it is in (-1: not entered; len: arrived)
+        for plan in plans.values():
+            self.add(plan)
+
+    def add(self, plan: Plan) -> None:
+        """A train's plan (it has not entered the map yet, or is where its plan starts)."""
+        visits = []
+        for k, (cell, heading) in enumerate(plan.path):
+            if not visits or visits[-1][0] != cell:
+                visits.append((cell, heading, plan.start + k))
+        self.visits[plan.handle], self.progress[plan.handle] = visits, -1 if plan.enters else 0
+        for j, (cell, _, step) in enumerate(visits):
+            heapq.heappush(self.by_cell.setdefault(cell, []), (step, plan.handle, j))
+
+    def update(self, on_map: dict, done: set) -> None:
+        """Each train's progress from where the simulator has it."""
+        for handle, visits in self.visits.items():
+            if handle in done:
+                self.progress[handle] = len(visits)
+            elif handle in on_map:
+                j = max(self.progress[handle], 0)
+                while j < len(visits) and visits[j][0] != on_map[handle][0]:
+                    j += 1
+                if j < len(visits):
+                    self.progress[handle] = j
+
+    def moving(self, t: int, on_map: dict, at_exit: set, ready: dict) -> set:
+        """The trains that enter their next planned cell at t + 1: the largest set in which each train may
+        leave its cell (off the map, or at the cell's end and not broken), is due by its plan, and finds each
+        earlier visitor of its next cell gone from it or in it and moving at t + 1 too."""
+        waits: dict[int, set] = {}
+        for handle, visits in self.visits.items():
+            j = self.progress[handle] + 1
+            if j >= len(visits) or t + 1 < visits[j][2]:
+                continue
+            if handle in on_map and (handle not in at_exit or ready.get(handle, t + 1) > t + 1):
+                continue
+            key = (visits[j][2], handle, j)
+            before = [(g, k) for step, g, k in self.by_cell[visits[j][0]] if (step, g, k) < key and self.progress[g] <= k]
+            if all(self.progress[g] == k and g in on_map for g, k in before):
+                waits[handle] = {g for g, _ in before}
+        moving, changed = set(waits), True
+        while changed:
+            stuck = {h for h in moving if not waits[h] <= moving}
+            moving, changed = moving - stuck, bool(stuck)
+        return moving
+
+    def actions(self, track: Track, t: int, on_map: dict, at_exit: set, ready: dict) -> dict:
+        """The simulator's action of every train for step t + 1 (``actions_at``'s, in order instead of on time)."""
+        moving, out = self.moving(t, on_map, at_exit, ready), {}
+        for handle in range(track.trains):
+            visits = self.visits.get(handle)
+            j = self.progress.get(handle, 0) + 1
+            if visits is None or j >= len(visits):
+                out[handle] = STOP_MOVING if handle in on_map else DO_NOTHING
+            elif handle not in on_map:
+                out[handle] = MOVE_FORWARD if handle in moving else DO_NOTHING
+            elif handle in moving or handle not in at_exit:  # a slow train moves on through its cell
+                out[handle] = move_action(track, on_map[handle], visits[j][:2])
+            else:
+                out[handle] = STOP_MOVING
+        return out
+
+
 def best_plans(track: Track, orders, allowance: Allowance, rng: np.random.Generator) -> Planner:
     """The plans from step 0 of the priority orders ``orders`` yields (the first always planned; more
     while trains stay unplanned and a quarter of ``allowance`` lasts), the best kept, then repaired for
@@ -485,7 +593,10 @@ def play_planner(
     the trains it moved otherwise, those a malfunction stopped and those they block; ``disturb``: an
     optional callable (step, actions) -> actions that overrides some, as an outside fault would),
     retrying the trains without a path whenever a train arrives (one on the map with no path holds its
-    cell meanwhile) and repairing for at most ``step_seconds`` a step (``searches``: instead of seconds, that
+    cell meanwhile) and repairing for at most ``step_seconds`` a step. When a replan would leave a train on the
+    map without a path (it would hold its cell for good, and the trains behind it fail in turn), the plans of
+    the step before are carried out in order instead (``Precedence``: late, without conflicts or deadlocks)
+    until every train can be planned again from scratch (tried every ``RESYNC_STEPS``). (``searches``: instead of seconds, that
     many train searches before the first step and a tenth of them a step, ``Allowance``). Returns ``episode_scores`` with
     planning_seconds (the episode's planning: initial, repair and replanning), replans (trains replanned
     after leaving their plan or broken), planned (trains with a path at step 0)."""
@@ -508,14 +619,32 @@ def play_planner(
     rewards, simulator_seconds, arrived_before = np.zeros(track.trains), 0.0, 0
     step_times: list[float] = []
     deadlocked: set = set()
+    precedence, since = None, 0  # the plans carried out in order since step ``since`` (a replan stranded a train)
     while not env.dones["__all__"]:
         tick = time.perf_counter()
         t = env._elapsed_steps
         on_map, done = positions(env)
         planner.ready, at_exit = moving_state(env, t)
         arrived, arrived_before = len(done) > arrived_before, len(done)
-        replans += replan(planner, t, on_map, done, arrived, Allowance(step_seconds, searches and searches // 10))
-        actions = actions_at(track, planner.plans, t, on_map, at_exit)
+        if precedence is not None and (t - since) % RESYNC_STEPS == 0 and planner.replan_all(t, on_map, done):
+            precedence = None  # every train has a path from here again: back to replanning on time
+        if precedence is None:
+            saved = planner.snapshot()
+            replans += replan(planner, t, on_map, done, arrived, Allowance(step_seconds, searches and searches // 10))
+            if planner.stranded(on_map):  # in order instead: the plans before this step, late where they must be
+                planner.restore(saved)
+                precedence, since = Precedence(planner.plans), t
+        if precedence is None:
+            actions = actions_at(track, planner.plans, t, on_map, at_exit)
+        else:
+            precedence.update(on_map, done)
+            if arrived and (waiting := [h for h in planner.failed if h not in on_map and h not in done]):
+                planner.drop(waiting)
+                planner.plan(waiting, t, {})  # off the map: a new plan fits the order wherever it is put
+                for handle in waiting:
+                    if handle in planner.plans:
+                        precedence.add(planner.plans[handle])
+            actions = precedence.actions(track, t, on_map, at_exit, planner.ready)
         if disturb is not None:
             actions = disturb(t + 1, actions)
         step_times.append(time.perf_counter() - tick)
