@@ -53,7 +53,8 @@ def test_the_wheel_holds_one_import_package(installed):
     for shipped in ("ppoor/checkpoints/tsp20.pt", "ppoor/checkpoints/mtvrp20.pt", "ppoor/ppo_or.py",
                     "ppoor/data/reference_lengths/tsp20_val_seed4321_lkh.npy", "ppoor/codegen/prompts.toml",
                     "ppoor/codegen/problems/vrp-c-tw.json", "ppoor/codegen/corpus/notes.md", "ppoor/rlea.py",
-                    "ppoor/checkpoints/rlea/smollm2/planner.pt", "ppoor/checkpoints/rlea/smollm2/memory.json",
+                    "ppoor/checkpoints/rlea/qwen2.5-coder-0.5b/planner.pt",
+                    "ppoor/checkpoints/rlea/qwen2.5-coder-0.5b/memory.json",
                     "ppoor/__init__.py", "ppoor/search/solver.py"):  # fmt: skip
         assert shipped in files
 

@@ -776,6 +776,12 @@ def test_rlea_trains_checkpoints_and_resumes_against_an_endpoint(tmp_path, progr
     assert finished.returncode != 0 and "the run already finished at episode 3 of --episodes 3" in finished.stderr
     planner_only = script("rlea.py", "--resume", f"{run_dir}/planner.pt", "--episodes", "4")
     assert planner_only.returncode != 0 and "holds weights only" in planner_only.stderr
+    # a planner trained on another embedder's states (another local model, say) is refused, not misread
+    planner = torch.load(ROOT / run_dir / "planner.pt", weights_only=True)
+    torch.save({**planner, "embedder": "local:another-model"}, tmp_path / "other.pt")
+    other = script("eval_rlea.py", *common[:-2], "--split", "all", "--planner", str(tmp_path / "other.pt"),
+                   "--methods", "rlea", timeout=120)
+    assert other.returncode != 0 and "trained on states embedded by local:another-model" in other.stderr, other.stderr
     shutil.rmtree(ROOT / run_dir)
 
 
@@ -835,10 +841,11 @@ def test_the_openai_backend_speaks_the_chat_completions_protocol():
 def test_the_shipped_planner_loads_by_name():
     from ppoor import eval_rlea
 
-    q_net, ckpt = eval_rlea.load_planner("smollm2")
-    assert ckpt["state_dim"] == 2 * 576 and ckpt["args"]["embedder"] == "local"
+    q_net, ckpt = eval_rlea.load_planner("qwen2.5-coder-0.5b")
+    assert ckpt["state_dim"] == 2 * 896 and ckpt["args"]["embedder"] == "local"
+    assert ckpt["embedder"] == "local:qwen2.5-coder-0.5b"  # what the local embedder is named, or eval_rlea refuses it
     assert q_net(torch.zeros(1, ckpt["state_dim"])).shape == (1, 3)
-    memory = Memory.load(os.path.join(os.path.dirname(eval_rlea.planner_file("smollm2")), "memory.json"))
+    memory = Memory.load(os.path.join(os.path.dirname(eval_rlea.planner_file("qwen2.5-coder-0.5b")), "memory.json"))
     assert memory.trajectories
-    with pytest.raises(ValueError, match="shipped planner: smollm2"):
+    with pytest.raises(ValueError, match="shipped planner: qwen2.5-coder-0.5b"):
         eval_rlea.load_planner("no-such-planner")
