@@ -637,14 +637,7 @@ def play_planner(
         if precedence is None:
             actions = actions_at(track, planner.plans, t, on_map, at_exit)
         else:
-            precedence.update(on_map, done)
-            if arrived and (waiting := [h for h in planner.failed if h not in on_map and h not in done]):
-                planner.drop(waiting)
-                planner.plan(waiting, t, {})  # off the map: a new plan fits the order wherever it is put
-                for handle in waiting:
-                    if handle in planner.plans:
-                        precedence.add(planner.plans[handle])
-            actions = precedence.actions(track, t, on_map, at_exit, planner.ready)
+            actions = in_order(planner, precedence, t, on_map, done, at_exit, arrived)
         if disturb is not None:
             actions = disturb(t + 1, actions)
         step_times.append(time.perf_counter() - tick)
@@ -655,6 +648,20 @@ def play_planner(
         deadlocked |= deadlocked_trains(env)
     scores = episode_scores(env, normalized_score(env, rewards), deadlocked, first, step_times, simulator_seconds)
     return {**scores, "planning_seconds": first + sum(step_times), "replans": replans, "planned": planned}
+
+
+def in_order(planner: Planner, precedence: Precedence, t: int, on_map: dict, done: set, at_exit: set, arrived: bool) -> dict:
+    """The actions for step t + 1 with the plans carried out in order (``Precedence``); when a train ``arrived``,
+    the trains off the map without a path are planned again (a new plan fits the order wherever it is put:
+    the train holds no cell yet)."""
+    precedence.update(on_map, done)
+    if arrived and (waiting := [h for h in planner.failed if h not in on_map and h not in done]):
+        planner.drop(waiting)
+        planner.plan(waiting, t, {})
+        for handle in waiting:
+            if handle in planner.plans:
+                precedence.add(planner.plans[handle])
+    return precedence.actions(planner.track, t, on_map, at_exit, planner.ready)
 
 
 def replan(planner: Planner, t: int, on_map: dict, done: set, arrived: bool, allowance: Allowance) -> int:
