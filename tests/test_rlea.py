@@ -682,7 +682,7 @@ def test_a_folder_of_ones_own_is_evaluated_whole_unless_split_is_given(tmp_path)
 @pytest.mark.skipif(not HAS_LOCAL_MODEL, reason="the local model (the rlea extra) is not installed")
 def test_a_real_run_with_the_local_model_trains_and_its_planner_evaluates(tmp_path):
     """rlea.py with Qwen2.5-Coder-0.5B on one problem: one short episode writes its checkpoint, memory and
-    curves, and eval_rlea.py runs the trained planner beside the standard agent; the JSON is written.
+    curves, and eval_rlea.py runs the trained planner with it; the JSON is written.
     (Resuming, and the settings a resume may not change, are the endpoint run's test below: the same
     code whichever model writes the programs.)"""
     folder = tmp_path / "problems"
@@ -696,11 +696,10 @@ def test_a_real_run_with_the_local_model_trains_and_its_planner_evaluates(tmp_pa
     files = set(os.listdir(ROOT / run_dir))
     assert {"rlea.pt", "planner.pt", "memory.json"} <= files and any(f.startswith("events.out.tfevents") for f in files)
     out = tmp_path / "eval.json"
-    evaluated = script("eval_rlea.py", *common, "--planner", run_dir, "--methods", "standard", "rlea",
-                       "--output", str(out))
+    evaluated = script("eval_rlea.py", *common, "--planner", run_dir, "--methods", "rlea", "--output", str(out))
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     report = json.loads(out.read_text())
-    assert set(report["totals"]) == {"standard", "rlea"} and report["per_problem"]["rlea"][0]["problem"] == "vrp-c"
+    assert set(report["totals"]) == {"rlea"} and report["per_problem"]["rlea"][0]["problem"] == "vrp-c"
     assert "| rlea | 1 |" in evaluated.stdout
     shutil.rmtree(ROOT / run_dir)
 
