@@ -155,10 +155,11 @@ def resumed(args: Args, given: set[str]) -> tuple[Args, dict]:
 
 def main(args: Args, given: set[str] | None = None) -> None:
     """Evaluates the methods; ``given``: the fields given on the command line (with --resume, none other)."""
-    done = {}
+    done, finished_runs = {}, 0
     if args.resume:
         args, done = resumed(args, given or set())
-        print(f"resuming {args.resume}: {sum(len(rows) for rows in done.values())} problem runs finished", flush=True)
+        finished_runs = sum(len(rows) for rows in done.values())
+        print(f"resuming {args.resume}: {finished_runs} problem runs finished", flush=True)
     problems_found = check_args(args, LIMITS)
     needs_planner = [m for m in args.methods if m in NEED_PLANNER and not args.judge]
     if args.judge is not None:
@@ -206,7 +207,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    rng = np.random.default_rng([args.seed, sum(len(rows) for rows in done.values())])  # resumed: new draws
+    rng = np.random.default_rng([args.seed, finished_runs])  # resumed: new draws
 
     base_memory, embed, alpha = Memory(), None, 1.0
     if ckpt is not None:

@@ -206,7 +206,6 @@ class LocalEmbedder:
     def __init__(self, threads: int = 1, model: str = LOCAL_MODELS[0]):
         self.name = f"local:{model}"
         self.server = load_local(model, threads, 0, EMBED_CONTEXT, embedding=True)
-        self.dim = len(self(" "))
 
     def __call__(self, text: str) -> np.ndarray:
         tokens = tokenize(self.server, text)[:EMBED_CONTEXT] or tokenize(self.server, " ")

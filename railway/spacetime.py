@@ -481,7 +481,7 @@ class Precedence:
 
     def __init__(self, plans: dict):
         self.visits: dict[int, list] = {}  # handle -> [(cell, heading, planned entering step)], distinct cells
-        self.by_cell: dict = {}  # cell -> sorted [(planned entering step, handle, visit index)]
+        self.by_cell: dict = {}  # cell -> [(planned entering step, handle, visit index)] of its visits
         self.progress: dict[int, int] = {}  # handle -> the visit it is in (-1: not entered; len: arrived)
         for plan in plans.values():
             self.add(plan)
@@ -494,7 +494,7 @@ class Precedence:
                 visits.append((cell, heading, plan.start + k))
         self.visits[plan.handle], self.progress[plan.handle] = visits, -1 if plan.enters else 0
         for j, (cell, _, step) in enumerate(visits):
-            heapq.heappush(self.by_cell.setdefault(cell, []), (step, plan.handle, j))
+            self.by_cell.setdefault(cell, []).append((step, plan.handle, j))
 
     def update(self, on_map: dict, done: set) -> None:
         """Each train's progress from where the simulator has it."""
@@ -629,10 +629,9 @@ def play_planner(
         if precedence is not None and (t - since) % RESYNC_STEPS == 0 and planner.replan_all(t, on_map, done):
             precedence = None  # every train has a path from here again: back to replanning on time
         if precedence is None:
-            saved = planner.snapshot()
-            replans += replan(planner, t, on_map, done, arrived, Allowance(step_seconds, searches and searches // 10))
-            if planner.stranded(on_map):  # in order instead: the plans before this step, late where they must be
-                planner.restore(saved)
+            replanned, stranded = replan(planner, t, on_map, done, arrived, Allowance(step_seconds, searches and searches // 10))
+            replans += replanned
+            if stranded:  # in order instead: the plans before this step, late where they must be
                 precedence, since = Precedence(planner.plans), t
         if precedence is None:
             actions = actions_at(track, planner.plans, t, on_map, at_exit)
@@ -664,13 +663,14 @@ def in_order(planner: Planner, precedence: Precedence, t: int, on_map: dict, don
     return precedence.actions(planner.track, t, on_map, at_exit, planner.ready)
 
 
-def replan(planner: Planner, t: int, on_map: dict, done: set, arrived: bool, allowance: Allowance) -> int:
+def replan(planner: Planner, t: int, on_map: dict, done: set, arrived: bool, allowance: Allowance) -> tuple[int, bool]:
     """Brings the plans in line with the simulator at step t: replans the trains it moved otherwise than
     planned, the broken ones whose plans move before they can (``Planner.ready``), the trains whose
     reservations a broken train's held cell now blocks, and (when a train ``arrived``) the trains with
     no path; a broken train first, then those on the map. A train on the map left without a path holds
     its cell; the repair runs on while trains lack one, until ``allowance`` (which the replanning's searches
-    count towards) is spent. Returns the trains replanned."""
+    count towards) is spent. Returns (the trains replanned, whether a train on the map was left without a
+    path: then the whole replan is undone, the plans of before kept)."""
     plans, ready = planner.plans, planner.ready
 
     def broken(h):
@@ -692,8 +692,8 @@ def replan(planner: Planner, t: int, on_map: dict, done: set, arrived: bool, all
     retry = {h for h in planner.failed if h not in done} if arrived else set()
     chosen = (off_plan | stopped | blocked | retry) - done
     if not chosen:
-        return 0
-    first, retried, searched = set(moved), set(), planner.searches
+        return 0, False
+    saved, first, retried, searched = planner.snapshot(), set(moved), set(), planner.searches
     while chosen:
         planner.drop(chosen)
         planner.plan(sorted(chosen, key=lambda h: (h not in first, h not in on_map, h)), t, on_map)
@@ -704,7 +704,10 @@ def replan(planner: Planner, t: int, on_map: dict, done: set, arrived: bool, all
             chosen |= first
     allowance.used += planner.searches - searched
     planner.repair(t, on_map, allowance)
-    return len(moved)
+    if planner.stranded(on_map):
+        planner.restore(saved)
+        return len(moved), True
+    return len(moved), False
 
 
 def malfunction_steps(env) -> list[set[int]]:
