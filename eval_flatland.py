@@ -14,7 +14,7 @@ space and time (``railway.spacetime``: prioritized planning with an LNS repair o
 --planner-seconds per map, replanning where the simulator leaves the plan), the trains closest to
 their targets first (``planner``), the farthest first (``planner_longest``) or random orders
 (``planner_random``), or the order a priority policy learned (``planner_learned``, with --priorities: a
-``ppo_flatland.py --learn priorities`` checkpoint); their rows add ``planning_seconds`` per map. ``oracle`` is each train alone
+``ppo_priorities.py`` checkpoint); their rows add ``planning_seconds`` per map. ``oracle`` is each train alone
 on its map with its own malfunctions, leaving at its earliest departure: the arrival rate the step limit
 and the malfunctions allow any scheduler (only ``arrival_rate``). For a policy trained with the safety layer it
 also plays that layer alone with shortest-path choices (``shortest_path_safety``, an ablation: what
@@ -141,7 +141,7 @@ class Args:
     """instead of seconds, a budget of train searches (that many before the first step, a tenth of them a step):
     the same plans on every run however loaded the machine is, for comparing planner changes"""
     priorities: str | None = None
-    """a ppo_flatland.py --learn priorities checkpoint (or its run's ckpt folder): plays planner_learned"""
+    """a ppo_priorities.py checkpoint (or its run's ckpt folder): plays planner_learned"""
     output: str | None = None
     """write the results as JSON to this file"""
     render: str | None = None

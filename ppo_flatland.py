@@ -24,11 +24,11 @@ from typing import Literal
 import numpy as np
 import torch
 import tyro
-from ppoor.railway import priorities, trainer
+from ppoor.railway import trainer
 from ppoor.railway.env import STOP
 from ppoor.railway.policy import POLICY_INPUTS, RailPolicy, mask_logits
-from ppoor.railway.priorities import PriorityPolicy, train_features
 from ppoor.railway.tree import observe
+from ppoor.training import ppo
 from ppoor.training.runs import Run, given_fields
 from ppoor.training.runtime import keep_freed_memory
 
@@ -52,12 +52,6 @@ class Args:
     """the wandb's project name"""
     wandb_entity: str | None = None
     """the entity (team) of wandb's project"""
-
-    learn: Literal["decisions", "priorities"] = "decisions"
-    """decisions: the trains' moves at switches (the RL-track design); priorities: the order in which the
-    space-time planner plans the trains (railway.priorities)"""
-    orders_per_map: int = 8
-    """--learn priorities: orders sampled per map, each scored against their mean (a shared baseline)"""
 
     # Environment
     width: int = 25
@@ -263,125 +257,29 @@ def ppo_update(policy: RailPolicy, optimizer, b: dict, args: Args) -> dict:
             count = mask.sum().clamp(min=1)
             logits, newvalue = policy(*(b["obs"][key][idx] for key in POLICY_INPUTS))
             dist = torch.distributions.Categorical(logits=logits)
-            newlogprob, entropy = dist.log_prob(b["actions"][idx]), dist.entropy()
-            logratio = newlogprob - b["logprobs"][idx]
-            ratio = logratio.exp()
-            with torch.no_grad():
-                approx_kl = (((ratio - 1) - logratio) * mask).sum() / count
-                clipfracs.append(((((ratio - 1.0).abs() > args.clip_coef).float() * mask).sum() / count).item())
             mb_advantages = b["advantages"][idx]
             if args.norm_adv:
                 mean = (mb_advantages * mask).sum() / count
                 std = ((((mb_advantages - mean) ** 2) * mask).sum() / count).sqrt()
                 mb_advantages = (mb_advantages - mean) / (std + 1e-8)
-            clipped = torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-            pg_loss = (torch.max(-mb_advantages * ratio, -mb_advantages * clipped) * mask).sum() / count
-            values, returns = b["values"][idx], b["returns"][idx]
-            if args.clip_vloss:
-                v_clipped = values + torch.clamp(newvalue - values, -args.clip_coef, args.clip_coef)
-                v_loss = torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2)
-            else:
-                v_loss = (newvalue - returns) ** 2
-            v_loss = 0.5 * (v_loss * mask).sum() / count
-            entropy_loss = (entropy * mask).sum() / count
-            loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+            loss, stats = ppo.ppo_loss(
+                dist.log_prob(b["actions"][idx]), b["logprobs"][idx], mb_advantages, dist.entropy(),
+                clip_coef=args.clip_coef, ent_coef=args.ent_coef, mask=mask, count=count,
+                value=(newvalue, b["values"][idx], b["returns"][idx]), vf_coef=args.vf_coef, clip_vloss=args.clip_vloss,
+            )  # fmt: skip
+            clipfracs.append(stats["clipfrac"])
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
             optimizer.step()
-            stats = {
-                "policy_loss": pg_loss.item(),
-                "value_loss": v_loss.item(),
-                "entropy": entropy_loss.item(),
-                "approx_kl": approx_kl.item(),
-            }
         if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
             break
     return {**stats, "clipfrac": float(np.mean(clipfracs))}
 
 
-def train_priorities(args: Args, ckpt: dict | None) -> None:
-    """--learn priorities: PPO on the planner's priority order. An iteration draws --num-envs fresh maps,
-    samples --orders-per-map orders of each map's trains, plans each order (no repair) and rewards it by the
-    trains its plan lands and how soon, or under --flatland3 by its episode (``priorities.order_rewards``);
-    an order's advantage is its reward minus the mean of its map's orders, and each of its picks is a PPO
-    decision with it."""
-    random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    rng = np.random.default_rng(args.seed)
-    policy = PriorityPolicy(hidden=args.hidden)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate, eps=1e-5)
-    if ckpt:
-        priorities.restore(ckpt, policy, optimizer, rng)
-    run = Run(args, f"flatland-{args.width}x{args.height}-{args.trains}__{args.exp_name}__{args.seed}", ckpt)
-    validation = priorities.Validation(args)  # the validation maps, and the fixed orders' figures on them
-    print(f"priorities: {args.width}x{args.height} maps, {args.trains} trains, {args.num_envs} maps x "
-          f"{args.orders_per_map} orders per iteration; run {run.dir}; {validation.baselines()}", flush=True)  # fmt: skip
-
-    while run.going():
-        run.iteration += 1
-        optimizer.param_groups[0]["lr"] = run.learning_rate()
-
-        # rollout: sample orders of each map's trains, plan each, reward each by its plan (or episode)
-        rollout_start = time.time()
-        seeds = [priorities.random_seed(rng) for _ in range(args.num_envs)]
-        tracks = [priorities.map_of(args, seed) for seed in seeds]
-        features = torch.as_tensor(np.stack([train_features(t) for t in tracks]))
-        features = features.repeat_interleave(args.orders_per_map, 0)  # [M x K, T, F]
-        with torch.no_grad():
-            orders, old_logprobs, _ = policy(features)
-        rewards, arrivals = priorities.order_rewards(args, seeds, tracks, orders, rng)
-        rewards = rewards.view(args.num_envs, args.orders_per_map)
-        advantages = (rewards - rewards.mean(1, keepdim=True)).flatten()  # the shared baseline of each map
-        if args.norm_adv:
-            advantages = advantages / (advantages.std() + 1e-8)
-        rollout_time = time.time() - rollout_start
-        run.global_step += orders.numel()
-
-        # optimizing the policy: every pick of an order is a decision with its order's advantage
-        update_start = time.time()
-        clipfracs = []
-        for _epoch in range(args.update_epochs):
-            for mb in np.array_split(rng.permutation(len(orders)), args.num_minibatches):
-                _, logprobs, entropy = policy(features[mb], orders[mb])
-                logratio = logprobs - old_logprobs[mb]
-                ratio = logratio.exp()
-                adv = advantages[mb][:, None]
-                pg_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
-                loss = pg_loss - args.ent_coef * entropy.mean()
-                optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
-                optimizer.step()
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1) - logratio).mean().item()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean().item())
-        update_time = time.time() - update_start
-        run.tick()
-
-        stats = {"policy_loss": pg_loss.item(), "entropy": entropy.mean().item(), "approx_kl": approx_kl,
-                 "clipfrac": float(np.mean(clipfracs))}  # fmt: skip
-        line = priorities.log_iteration(run, arrivals, rewards, stats, optimizer.param_groups[0]["lr"],
-                                        (rollout_time, update_time))  # fmt: skip
-        if args.eval_interval and run.iteration % args.eval_interval == 0:
-            line += validation.log(run, policy)
-        print(line + run.progress(), flush=True)
-        if run.checkpoint_due():
-            run.save(priorities.training_state(policy, optimizer, rng, args))
-    if run.stop.requested:
-        run.stopped(run.save(priorities.training_state(policy, optimizer, rng, args)))
-    path = run.save(priorities.training_state(policy, optimizer, rng, args))
-    print(f"final: {validation.log(run, policy).strip()}; checkpoint {path}", flush=True)
-    run.close()
-
-
 def main(args: Args, given: set[str] | None = None) -> None:
     """Trains; ``given``: the fields given on the command line (``training.runs.given_fields``)."""
     args, ckpt = trainer.resolve_args(args, given)
-    if args.learn == "priorities":
-        return train_priorities(args, ckpt)
     initial = trainer.initial_policy(args) if args.init_from and not ckpt else None  # fails in one line before any writing
 
     # seeding

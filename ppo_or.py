@@ -24,13 +24,12 @@ from typing import Literal
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.distributed as dist
 from ppoor.envs import ENV_IDS
 from ppoor.envs.vrp import instance_variants
 from ppoor.models import Agent, Cache, StateWrapper, compile_step, load_weights
 from ppoor.models.distributed_norm import fixed_statistics, freeze_statistics, recorded_statistics
 from ppoor.search import allowed_starts, forced_actions
-from ppoor.training import options, parallel, routing
+from ppoor.training import options, parallel, ppo, routing
 from ppoor.training.runs import Run
 from ppoor.training.runtime import keep_freed_memory
 
@@ -200,50 +199,15 @@ def ppo_loss(
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(
         routing.minibatch_state(static, steps, index), mb["actions"], cache=cache, with_value=critic,
         entropy_grad=args.ent_coef != 0)  # fmt: skip
-    newlogprob, entropy = newlogprob.float(), entropy.float()
-    alive = mb["alive"].float()
-    count = totals["count"]
-    world = dist.get_world_size() if dist.is_initialized() else 1
-
-    def loss_mean(x: torch.Tensor) -> torch.Tensor:
-        return (x * alive).sum() * world / count
-
-    def global_mean(x: torch.Tensor) -> float:
-        return (parallel.all_sum((x.detach() * alive).sum()) / count).item()
-
-    logratio = newlogprob - mb["logprobs"]
-    ratio = logratio.exp()
     advantages = mb["advantages"]
     if args.norm_adv:
         advantages = (advantages - totals["mean"]) / (totals["std"] + 1e-8)
-
-    # policy loss
-    pg_loss1 = -advantages * ratio
-    pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-    pg_loss = torch.max(pg_loss1, pg_loss2)
-    pg_loss = loss_mean(pg_loss * mb["weights"] if "weights" in mb else pg_loss)
-    entropy_loss = loss_mean(entropy)
-    loss = pg_loss - args.ent_coef * entropy_loss
-    stats = {"policy_loss": pg_loss.item() / world, "entropy": entropy_loss.item() / world}
-
-    # value loss
-    if critic:
-        newvalue = newvalue.float()
-        if args.clip_vloss:
-            v_loss_unclipped = (newvalue - mb["returns"]) ** 2
-            v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -args.clip_coef, args.clip_coef)
-            v_loss_clipped = (v_clipped - mb["returns"]) ** 2
-            v_loss = 0.5 * loss_mean(torch.max(v_loss_unclipped, v_loss_clipped))
-        else:
-            v_loss = 0.5 * loss_mean((newvalue - mb["returns"]) ** 2)
-        loss = loss + v_loss * args.vf_coef
-        stats["value_loss"] = v_loss.item() / world
-
-    # calculate approx_kl http://joschu.net/blog/kl-approx.html
-    stats["old_approx_kl"] = global_mean(-logratio)
-    stats["approx_kl"] = global_mean((ratio - 1) - logratio)
-    stats["clipfrac"] = global_mean(((ratio - 1.0).abs() > args.clip_coef).float())
-    return loss, stats
+    value = (newvalue.float(), mb["values"], mb["returns"]) if critic else None
+    return ppo.ppo_loss(
+        newlogprob.float(), mb["logprobs"], advantages, entropy.float(), clip_coef=args.clip_coef,
+        ent_coef=args.ent_coef, mask=mb["alive"], count=totals["count"] / parallel.world_size(),
+        weights=mb.get("weights"), value=value, vf_coef=args.vf_coef, clip_vloss=args.clip_vloss,
+    )  # fmt: skip
 
 
 def ppo_update(
@@ -439,7 +403,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
             stats = ppo_update(agent, optimizer, data, args, chunk, autocast)
             if args.target_kl is not None:  # the KL the update reached, on a sample of the rollout
                 with torch.no_grad(), autocast:
-                    stats["update_kl"] = routing.sample_kl(agent, data, args, ppo_loss, min(chunk, routing.KL_SAMPLE))
+                    stats["update_kl"] = routing.sample_kl(agent, data, args.num_envs, min(chunk, routing.KL_SAMPLE))
                 run.lr_scale = routing.steer_learning_rate(run.lr_scale, stats["update_kl"], args.target_kl)
         update_time = time.time() - update_start
         run.tick()

@@ -10,7 +10,7 @@ variants (classic solid, mixed backhaul dashed, multi-depot dotted). ppo_flatlan
 maps' arrival rate, the same three losses and the learning rate, and the validation maps' arrival
 (solid) and deadlock (dashed) rates (minutes: the wall clock between iterations, validation included, a
 pause of over 10 minutes, as between a stop and its --resume, counted as one median iteration).
-ppo_flatland.py --learn priorities: the sampled orders' planned arrival and reward, the three losses,
+ppo_priorities.py: the sampled orders' planned arrival and reward, the three losses,
 and the validation maps' planned arrival of the learned order (solid) beside the longest-first
 (dashed) and closest-first (dotted) orders (minutes: rollout + update seconds).
 
@@ -88,7 +88,7 @@ def wall_seconds(events: list) -> list[float]:
 def read_run(run: Path) -> tuple[str, list[float], dict]:
     """(the trainer, "ppo_or", "ppo_or_length" (ppo_or.py validated by length only), "multi_task"
     (ppo_or.py validated per group of variants), "ppo_flatland" or
-    "priorities" (ppo_flatland.py --learn priorities); training
+    "priorities" (ppo_priorities.py); training
     minutes per iteration; {tag: values}) of one
     run folder; the validation figures (logged at some iterations only) as {tag: [(minutes, value)]}
     under "validation"."""
@@ -166,7 +166,7 @@ def main():
     read = [(label_of(run), *read_run(run)) for run in args.runs]
     trainers = {trainer for _, trainer, _, _ in read}
     if len(trainers) > 1:
-        sys.exit("error: runs of different trainers (ppo_or.py by gap, by length only or per group of variants, ppo_flatland.py, --learn priorities) have different curves: plot them apart")
+        sys.exit("error: runs of different trainers (ppo_or.py by gap, by length only or per group of variants, ppo_flatland.py, ppo_priorities.py) have different curves: plot them apart")
     trainer = trainers.pop()
     if trainer not in ("ppo_or", "ppo_or_length", "multi_task") and args.marks:
         sys.exit("error: --marks are test gaps of routing runs; ppo_flatland.py runs have none")

@@ -38,6 +38,22 @@ def load_prompts(path: str | Path = PROMPTS) -> dict[str, str]:
         return tomllib.load(f)
 
 
+def shape_of(value) -> str:
+    """``3`` -> ``int``, ``[[1, 2], [3, 4]]`` -> ``list[list[int]]``: how a program reads a key (no sizes:
+    the same program also runs on the probe, another size)."""
+    if isinstance(value, list):
+        return f"list[{shape_of(value[0]) if value else 'int'}]"
+    return type(value).__name__
+
+
+def contract(problem: dict) -> str:
+    """The problem's ``solve`` signature with the keys of its instance stated in the docstring, so
+    that a program reads the data it is given instead of guessing key names."""
+    keys = "; ".join(f"instance[{k!r}]: {shape_of(v)}" for k, v in problem["instance"].items())
+    head, close = problem["signature"].rsplit('"""', 1)
+    return f'{head.rstrip()}\n\n    The instance has exactly these keys: {keys}.\n    """{close}'
+
+
 def reward(valid: bool, ran: bool, gap: float | None) -> float:
     """The step reward of the module's docstring (an answer below the reference earns 1, as at it)."""
     if not ran:
@@ -136,7 +152,7 @@ class Executor:
         start = time.perf_counter()
         values = {
             "description": problem["description"],
-            "signature": problem["signature"],
+            "signature": contract(problem),
             "code": previous.code.strip() if previous else "",
             "feedback": previous.feedback if previous else "(none yet)",
         }

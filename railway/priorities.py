@@ -1,6 +1,6 @@
 """A learned priority order for the space-time planner (``railway.spacetime``): an attention policy over
 the trains orders them as the Attention Model orders nodes, one train after another, and the planner
-plans them in that order. ``ppo_flatland.py --learn priorities`` trains it with PPO, each order
+plans them in that order. ``ppo_priorities.py`` trains it with PPO, each order
 rewarded by the share of trains its plan lands and how soon (``order_reward``): without malfunctions
 plans are carried out by the simulator as planned (``tests/test_spacetime.py``), so a plan's arrivals
 are the episode's. Under Flatland 3's rules a malfunction breaks plans that no order foresees, so an
@@ -18,6 +18,7 @@ import math
 import numpy as np
 import torch
 from ppoor.railway.spacetime import Allowance, Planner, Track, best_plans, free_path_cells, play_planner
+from ppoor.training.runs import MAX_SECONDS, MAX_SEED, MAX_THREADS, check_numbers, exp_name_problem, fail
 from torch import nn
 
 FEATURES = (
@@ -171,14 +172,14 @@ def lead_over(learned: list[dict], fixed: list[dict], seed: int = 0, resamples: 
 
 
 def load_priority_policy(path) -> tuple[PriorityPolicy, dict]:
-    """The priority policy of a ``ppo_flatland.py --learn priorities`` checkpoint, in eval mode, and the
+    """The priority policy of a ``ppo_priorities.py`` checkpoint, in eval mode, and the
     checkpoint; raises ``CheckpointError`` (one line) for anything else."""
     from ppoor.models.checkpoints import CheckpointError, read_checkpoint
 
     ckpt = read_checkpoint(path)
     if ckpt.get("problem") != "rail-priorities":
         raise CheckpointError(
-            f"checkpoint {path} is not a planner priority policy (ppo_flatland.py --learn priorities)"
+            f"checkpoint {path} is not a planner priority policy (ppo_priorities.py)"
         )
     try:
         policy = PriorityPolicy(**ckpt["model_config"])
@@ -282,8 +283,68 @@ def log_iteration(run, arrivals: list, rewards: torch.Tensor, stats: dict, lr: f
     )
 
 
+LIMITS = {
+    "seed": (0, MAX_SEED),
+    "threads": (0, MAX_THREADS),
+    "width": (20, 1_000),
+    "height": (20, 1_000),
+    "trains": (1, 10_000),
+    "cities": (2, 1_000),
+    "total_timesteps": (1, math.inf),
+    "total_seconds": (1.0, MAX_SECONDS),
+    "num_envs": (1, 1_000),
+    "orders_per_map": (2, 10_000),
+    "learning_rate": (1e-10, 10.0),
+    "num_minibatches": (1, math.inf),
+    "update_epochs": (1, math.inf),
+    "clip_coef": (1e-6, 10.0),
+    "ent_coef": (0.0, 10.0),
+    "max_grad_norm": (1e-6, 1e6),
+    "hidden": (1, 4096),
+    "eval_interval": (0, math.inf),
+    "eval_episodes": (0, 100_000),
+    "checkpoint_interval": (0, math.inf),
+}
+"""The closed range of every numeric argument of ``ppo_priorities.py`` (``training.runs.check_numbers``)."""
+
+
+def check_args(args) -> None:
+    """Fails early, in one line, on ``ppo_priorities.py`` arguments that cannot work."""
+    import sys
+
+    from ppoor.railway.trainer import VAL_SEED
+
+    problems = check_numbers(args, LIMITS)
+    if problem := exp_name_problem(args.exp_name):
+        problems.append(problem)
+    fail(problems)
+    try:
+        map_of(args, VAL_SEED)
+    except ValueError as exc:
+        sys.exit(f"error: {exc}")
+
+
+def resolve_args(args, given: set[str] | None = None) -> tuple:
+    """``ppo_priorities.py``'s settings it can trust (a resumed run's own; ``given``: the fields given on the
+    command line) and the checkpoint resumed from; exits with one line naming the argument otherwise."""
+    import sys
+
+    from ppoor.railway.trainer import RESUME_OVERRIDES
+    from ppoor.training.runs import resume_settings, wandb_problem
+
+    ckpt = None
+    if args.resume:
+        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, {"flatland3": False}, "ppo_priorities.py")
+        if ckpt.get("problem") != "rail-priorities":
+            sys.exit(f"error: --resume: {args.resume} is not a ppo_priorities.py training checkpoint")
+    check_args(args)
+    if args.track and (problem := wandb_problem()):
+        sys.exit(f"error: --track: {problem}")
+    return args, ckpt
+
+
 def training_state(policy: PriorityPolicy, optimizer, rng: np.random.Generator, args) -> dict:
-    """A checkpoint of ``ppo_flatland.py --learn priorities``: the policy, the optimizer, the settings and the
+    """A checkpoint of ``ppo_priorities.py``: the policy, the optimizer, the settings and the
     random states."""
     from dataclasses import asdict
 

@@ -197,7 +197,6 @@ LIMITS = {
     "imitation_epochs": (1, 100_000),
     "imitation_learning_rate": (1e-10, 10.0),
     "release_episodes": (0, 100_000),
-    "orders_per_map": (2, 10_000),
 }
 """The closed range of every numeric argument (``training.runs.check_numbers``)."""
 
@@ -308,7 +307,9 @@ def resolve_args(args, given: set[str] | None = None) -> tuple:
     ckpt = None
     if args.resume:  # older runs had no safety layer
         args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, LEGACY, "ppo_flatland.py")
-        if ckpt.get("problem") != ("rail-priorities" if args.learn == "priorities" else "rail"):
+        if ckpt.get("problem") == "rail-priorities":
+            sys.exit(f"error: --resume: {args.resume} is a priority policy's checkpoint: resume it with ppo_priorities.py")
+        if ckpt.get("problem") != "rail":
             sys.exit(f"error: --resume: {args.resume} is not a ppo_flatland.py training checkpoint")
     check_args(args)
     if args.track and (problem := wandb_problem()):

@@ -28,10 +28,12 @@ SCRIPTS = {  # script: (its Args with the defaults a user gets, its ranges, its 
     "eval_rlea.py": (eval_rlea.Args(), eval_rlea.LIMITS, lambda args: fail(rlea_check_args(args, eval_rlea.LIMITS))),
 }
 try:  # the railway scripts need flatland-rl (an optional extra)
-    from ppoor import eval_flatland, ppo_flatland
+    from ppoor import eval_flatland, ppo_flatland, ppo_priorities
+    from ppoor.railway import priorities
     from ppoor.railway import trainer as rail_trainer
 
     SCRIPTS["ppo_flatland.py"] = (ppo_flatland.Args(), rail_trainer.LIMITS, rail_trainer.check_args)
+    SCRIPTS["ppo_priorities.py"] = (ppo_priorities.Args(), priorities.LIMITS, priorities.check_args)
     SCRIPTS["eval_flatland.py"] = (eval_flatland.Args(), eval_flatland.LIMITS, eval_flatland.check_args)
 except ImportError:
     pass

@@ -23,7 +23,7 @@ from checks import SHARED
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.M | re.S)
-SCRIPTS = ("ppo_or.py", "eval.py", "ppo_flatland.py", "eval_flatland.py", "rlea.py", "eval_rlea.py")
+SCRIPTS = ("ppo_or.py", "eval.py", "ppo_flatland.py", "ppo_priorities.py", "eval_flatland.py", "rlea.py", "eval_rlea.py")
 ANSWERED: set[tuple[str, ...]] = set()  # the bench scripts and modules whose --help has run
 
 
@@ -105,11 +105,13 @@ def check_only(argv: list[str], cwd: Path, monkeypatch) -> None:
         assert check_args(tyro.cli(module.Args, args=args), module.LIMITS) == [], script
     else:
         pytest.importorskip("flatland", reason="flatland-rl is an optional extra")
-        from ppoor import eval_flatland, ppo_flatland
-        from ppoor.railway import trainer
+        from ppoor import eval_flatland, ppo_flatland, ppo_priorities
+        from ppoor.railway import priorities, trainer
 
         if script == "ppo_flatland.py":
             trainer.check_args(tyro.cli(ppo_flatland.Args, args=args))
+        elif script == "ppo_priorities.py":
+            priorities.check_args(tyro.cli(ppo_priorities.Args, args=args))
         else:
             eval_flatland.check_args(tyro.cli(eval_flatland.Args, args=args))
 

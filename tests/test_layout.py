@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ("envs", "models", "search", "data", "training", "checkers", "solvers", "railway", "codegen")
-SCRIPTS = ("ppo_or", "eval", "ppo_flatland", "eval_flatland", "rlea", "eval_rlea")
+SCRIPTS = ("ppo_or", "eval", "ppo_flatland", "ppo_priorities", "eval_flatland", "rlea", "eval_rlea")
 
 
 def library_modules() -> dict[str, Path]:

@@ -98,7 +98,7 @@ def test_a_railway_run_against_minutes_without_its_pause(tmp_path):
 
 
 def test_a_priority_run_beside_the_fixed_orders(tmp_path):
-    """A ppo_flatland.py --learn priorities run: its own panels, minutes from rollout + update seconds."""
+    """A ppo_priorities.py run: its own panels, minutes from rollout + update seconds."""
     from torch.utils.tensorboard import SummaryWriter
 
     run = tmp_path / "runs" / "flatland-50x50-30__prio__1__1"

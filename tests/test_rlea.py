@@ -1,6 +1,7 @@
 """RLEA: the benchmark's files, the checker against every broken constraint, the sandbox's limits,
 the planner's soft Q-learning, retrieval, memory, and the loop end to end with replayed replies."""
 
+import ast
 import contextlib
 import importlib.util
 import itertools
@@ -32,7 +33,15 @@ from ppoor.codegen.benchmark import (
     shipped_problems,
 )
 from ppoor.codegen.episodes import outcome, rollout, summarize
-from ppoor.codegen.executor import REWARD_INVALID, REWARD_RUNTIME_ERROR, Executor, feedback_of, reward
+from ppoor.codegen.executor import (
+    REWARD_INVALID,
+    REWARD_RUNTIME_ERROR,
+    Executor,
+    contract,
+    feedback_of,
+    load_prompts,
+    reward,
+)
 from ppoor.codegen.llm import HashingEmbedder, ReplayChat, extract_code
 from ppoor.codegen.memory import Memory, parse_lessons
 from ppoor.codegen.planner import (
@@ -476,6 +485,38 @@ def test_a_program_runs_or_tools_and_its_answer_comes_back(sandbox):
     answer = result.answers[0]
     assert check_answer(problem["instance"], problem["families"], answer["routes"], answer["objective"]).valid
 
+
+
+def test_the_prompt_names_only_api_the_installed_or_tools_has():
+    """The system prompt's API sheet is read by a small model as the truth: every name in it must exist."""
+    from ortools.constraint_solver import pywrapcp, routing_enums_pb2
+
+    manager = pywrapcp.RoutingIndexManager(3, 1, 0)
+    routing = pywrapcp.RoutingModel(manager)
+    routing.AddDimension(routing.RegisterUnaryTransitCallback(lambda i: 1), 0, 10, True, "Name")
+    solution = routing.Solve()
+    objects = {"pywrapcp": pywrapcp, "routing_enums_pb2": routing_enums_pb2, "manager": manager, "routing": routing,
+               "dim": routing.GetDimensionOrDie("Name"), "params": pywrapcp.DefaultRoutingSearchParameters(),
+               "solution": solution, "params.time_limit": pywrapcp.DefaultRoutingSearchParameters().time_limit}
+    text = load_prompts()["system"]
+    names = re.findall(r"\b(pywrapcp|routing_enums_pb2|manager|routing|dim|params|solution)((?:\.\w+)+)", text)
+    assert len(names) >= 25, names
+    for head, tail in names:
+        obj = objects[head]
+        for attr in tail.strip(".").split("."):
+            assert hasattr(obj, attr), f"{head}{tail}: OR-Tools has no {attr}"
+            obj = getattr(obj, attr)
+    assert not hasattr(routing, "SetArcCostEvaluatorForAllArcs")  # the check can tell a made-up name
+
+
+@pytest.mark.parametrize("name", ["tsp", "vrp-c-o-l-s-tw-md-r", "vrp-c-pd-l"])
+def test_the_contract_states_every_key_and_stays_python(name):
+    problem = PROBLEMS[name]
+    text = contract(problem)
+    for key, value in problem["instance"].items():
+        assert f"instance[{key!r}]: {'list' if isinstance(value, list) else type(value).__name__}" in text
+    tree = ast.parse(text + "\n    return 0.0, []")
+    assert isinstance(tree.body[0], ast.FunctionDef) and "exactly these keys" in ast.get_docstring(tree.body[0])
 
 # --- reward, planner ------------------------------------------------------------------------------
 

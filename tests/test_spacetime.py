@@ -269,14 +269,16 @@ def test_a_priority_run_trains_resumes_and_plays_in_eval_flatland(tmp_path):
             [sys.executable, *map(str, args)], cwd=tmp_path, capture_output=True, text=True, timeout=600
         )
 
-    tiny = ["--learn", "priorities", "--width", "25", "--height", "25", "--trains", "5", "--num-envs", "2",
+    tiny = ["--width", "25", "--height", "25", "--trains", "5", "--num-envs", "2",
             "--orders-per-map", "3", "--eval-episodes", "2", "--eval-interval", "1", "--checkpoint-interval", "1"]  # fmt: skip
-    result = run(ROOT / "ppo_flatland.py", *tiny, "--total-timesteps", "60")
+    result = run(ROOT / "ppo_priorities.py", *tiny, "--total-timesteps", "60")
     assert result.returncode == 0, result.stderr
     assert "closest first" in result.stdout and "final: eval/arrival_rate=" in result.stdout
     (ckpt,) = (tmp_path / "runs").glob("*/ckpt")
     first = sorted(ckpt.iterdir(), key=lambda p: int(p.stem))[0]
-    result = run(ROOT / "ppo_flatland.py", "--resume", first, "--total-timesteps", "90")
+    result = run(ROOT / "ppo_flatland.py", "--resume", first)
+    assert result.returncode != 0 and "resume it with ppo_priorities.py" in result.stderr
+    result = run(ROOT / "ppo_priorities.py", "--resume", first, "--total-timesteps", "90")
     assert result.returncode == 0, result.stderr
     result = run(ROOT / "eval_flatland.py", "--sizes", "25x25x5", "--episodes", "1", "--rules", "planner_learned",
                  "planner", "--priorities", ckpt, "--output", tmp_path / "eval.json")  # fmt: skip
@@ -291,7 +293,7 @@ def test_a_priority_run_trains_resumes_and_plays_in_eval_flatland(tmp_path):
     assert versus["arrival_lead"] == pytest.approx(
         row["planner_learned"]["arrival_rate"] - row["planner"]["arrival_rate"]
     )
-    result = run(ROOT / "ppo_flatland.py", *tiny, "--orders-per-map", "1")
+    result = run(ROOT / "ppo_priorities.py", *tiny, "--orders-per-map", "1")
     assert result.returncode != 0 and "--orders-per-map must be between 2" in result.stderr
 
 

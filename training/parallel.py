@@ -22,6 +22,11 @@ def start_processes(use_cuda: bool) -> tuple[int, int, torch.device]:
     return world_size, rank, device
 
 
+def world_size() -> int:
+    """The number of data-parallel processes (1 in a plain run)."""
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
 def all_sum(x: torch.Tensor) -> torch.Tensor:
     """Sum over the data-parallel processes (x itself in a single process); no gradient."""
     if dist.is_initialized():

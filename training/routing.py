@@ -23,6 +23,7 @@ from ppoor.envs.vrp import instance_variants, variant_group
 from ppoor.models import Agent, Cache, CheckpointError, latest_checkpoint, read_checkpoint
 from ppoor.search import augment, decode
 from ppoor.solvers.references import kool_references
+from ppoor.training import ppo
 from ppoor.training.parallel import all_sum, gather
 from ppoor.training.runs import Run, available_memory, memory_problem
 
@@ -394,17 +395,19 @@ def warm_up(optimizer: torch.optim.Optimizer, rate: float, warmup: int) -> None:
     optimizer.param_groups[0]["lr"] = rate * min(1.0, (taken + 1) / warmup) if warmup else rate
 
 
-def sample_kl(agent: Agent, data: Rollout, args, loss, size: int) -> float:
-    """approx-KL between the rollout's policy and the agent's on ``size`` of the rollout's instances,
-    encoded as the update encodes them (with --norm-groups: within their minibatch); ``loss``: the
-    script's ``ppo_loss``, whose statistics hold the approx-KL."""
+def sample_kl(agent: Agent, data: Rollout, num_envs: int, size: int) -> float:
+    """approx-KL between the rollout's policy and the agent's on ``size`` of the rollout's ``num_envs``
+    instances, encoded as the update encodes them (with --norm-groups: within their minibatch)."""
     if data.groups is None:
-        sample = torch.randperm(args.num_envs)[:size].to(data.batch["actions"].device)
-        return loss(agent, data.static, data.steps, data.batch, sample, args)[1]["approx_kl"]
-    group = data.groups[0]
-    cache = agent.encode({key: value[group] for key, value in data.static.items()})
-    rows = Cache(*(x[:size] for x in cache))
-    return loss(agent, data.static, data.steps, data.batch, group[:size], args, cache=rows)[1]["approx_kl"]
+        index, cache = torch.randperm(num_envs)[:size].to(data.batch["actions"].device), None
+    else:
+        index = data.groups[0][:size]
+        cache = agent.encode({key: value[data.groups[0]] for key, value in data.static.items()})
+        cache = Cache(*(x[:size] for x in cache))
+    actions, logprobs, alive = (per_instance(data.batch[key], index) for key in ("actions", "logprobs", "alive"))
+    _, newlogprob, _, _ = agent.get_action_and_value(minibatch_state(data.static, data.steps, index), actions,
+                                                     cache=cache)  # fmt: skip
+    return ppo.approx_kl(newlogprob.float(), logprobs, alive)
 
 
 def steer_learning_rate(scale: float, kl: float, target: float) -> float:
