@@ -26,6 +26,7 @@ import torch
 import tyro
 from ppoor.railway import trainer
 from ppoor.railway.env import STOP
+from ppoor.railway.play import shortest_path_rule
 from ppoor.railway.policy import POLICY_INPUTS, RailPolicy, mask_logits
 from ppoor.railway.tree import observe
 from ppoor.training import ppo
@@ -221,6 +222,21 @@ def rollout(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args
     return out
 
 
+def demonstrations(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args, stop) -> list:
+    """--imitation-episodes episodes of the safety layer's shortest-path rule, as (rollout, discounted
+    returns [S, B, T] of each train's decisions: GAE with no critic and lambda 1), for ``trainer.imitate``."""
+    found = []
+    for _ in range(-(-args.imitation_episodes // len(envs))):
+        if stop.requested and found:
+            break
+        roll = rollout(policy, envs, rng, args, teacher=shortest_path_rule)
+        rewards = np.stack(roll["rewards"])
+        returns = train_advantages(rewards, np.zeros_like(rewards), np.stack(roll["deciding"]),
+                                   np.stack(roll["finished_after"]), np.zeros_like(roll["last_values"]), args.gamma, 1.0)  # fmt: skip
+        found.append((roll, returns))
+    return found
+
+
 def training_batch(roll: dict, args: Args) -> dict:
     """A rollout's decision steps as flat tensors [S * B, trains] (``obs``: the policy's inputs), with
     the advantages over each train's own decisions and the returns the value head learns."""
@@ -307,7 +323,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     best = kept["best"]
     trainer.announce(run, args)
     if args.imitation_episodes and not ckpt:  # behaviour cloning of the layer's shortest-path rule
-        figures = trainer.imitate(policy, envs, rng, args, run.stop, rollout, train_advantages)
+        figures = trainer.imitate(policy, demonstrations(policy, envs, rng, args, run.stop), args, run.stop)
         run.log("charts/imitation_agreement", figures["agreement"], step=0)
     started = args.imitation_episodes or args.prior_weight or args.init_from
     if started and not ckpt and args.eval_interval and not run.stop.requested:

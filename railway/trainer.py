@@ -15,7 +15,7 @@ from dataclasses import asdict
 import numpy as np
 import torch
 from ppoor.railway.env import RailDecisionEnv
-from ppoor.railway.play import CHANGES, learned_release, play, policy_rule, shortest_path_rule, waiting_features
+from ppoor.railway.play import CHANGES, learned_release, play, policy_rule, waiting_features
 from ppoor.railway.policy import POLICY_INPUTS, RailPolicy, ReleaseClassifier, load_rail_policy
 from ppoor.railway.tree import EDGE_FEATURES, GLOBAL_FEATURES, edge_slots
 from ppoor.training.runs import (
@@ -230,26 +230,14 @@ def model_config(args) -> dict:
             "global_features": len(GLOBAL_FEATURES), "hidden": args.hidden, "prior_weight": args.prior_weight}  # fmt: skip
 
 
-def imitate(
-    policy: RailPolicy, envs: list, rng: np.random.Generator, args, stop: StopRequest, play, returns_of
-) -> dict:
-    """Behaviour cloning before PPO: --imitation-episodes episodes of the safety layer's shortest-path
-    rule (``railway.play.shortest_path_rule``); the actor is fitted to its actions (cross-entropy over
-    the allowed actions of the deciding trains) and the critic to the discounted returns of each
-    train's decisions, --imitation-epochs passes (fewer when ``stop`` is requested). ``play``: the
-    script's rollout, called with a teacher; ``returns_of``: its per-train GAE (here with no critic and
-    lambda 1: the discounted returns). Returns the fitted figures."""
-    rows = []
-    for _ in range(-(-args.imitation_episodes // len(envs))):
-        if stop.requested and rows:
-            break
-        roll = play(policy, envs, rng, args, teacher=shortest_path_rule)
-        returns = returns_of(
-            np.stack(roll["rewards"]), np.zeros_like(np.stack(roll["rewards"])), np.stack(roll["deciding"]),
-            np.stack(roll["finished_after"]), np.zeros_like(roll["last_values"]), args.gamma, 1.0,
-        )  # fmt: skip
-        for k, stored in enumerate(roll["stored"]):
-            rows.append((stored, roll["actions"][k], torch.as_tensor(roll["deciding"][k]), returns[k]))
+def imitate(policy: RailPolicy, demonstrations: list, args, stop: StopRequest) -> dict:
+    """Behaviour cloning before PPO on ``demonstrations``, a list of (rollout, returns [S, B, T]) of the
+    safety layer's shortest-path rule (``railway.play.shortest_path_rule``) played by ``ppo_flatland.rollout``:
+    the actor is fitted to the rule's actions (cross-entropy over the allowed actions of the deciding
+    trains) and the critic to the discounted returns of each train's decisions, --imitation-epochs passes
+    (fewer when ``stop`` is requested). Returns the fitted figures."""
+    rows = [(stored, roll["actions"][k], torch.as_tensor(roll["deciding"][k]), returns[k])
+            for roll, returns in demonstrations for k, stored in enumerate(roll["stored"])]  # fmt: skip
     data = {key: torch.cat([r[0][key] for r in rows]) for key in POLICY_INPUTS}
     target = torch.cat([r[1] for r in rows])
     deciding = torch.cat([r[2] for r in rows]).float()
