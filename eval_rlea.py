@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import tyro
 from ppoor.codegen.episodes import METHODS, PLANNED, allowed_actions, outcome, rollout, summarize
+from ppoor.codegen.sandbox import truncate
 from ppoor.codegen.settings import (
     LLM_LIMITS,
     PLANNER,
@@ -255,7 +256,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
             row = {"problem": problem["name"], **outcome(episode), "actions": [a.action for a in episode.attempts],
                    "llm_calls": executor.usage.calls - calls,
                    "tokens": executor.usage.prompt_tokens + executor.usage.completion_tokens - tokens,
-                   "seconds": time.perf_counter() - start, "feedback": last.feedback[:500]}
+                   "seconds": time.perf_counter() - start, "feedback": truncate(last.feedback, 600)}
             rows.append(row)
             gap = "-" if last.gap is None else f"{100 * last.gap:.1f}%"
             print(f"[{method} {i + 1}/{len(problems)}] {problem['name']}: success={episode.success} "

@@ -12,7 +12,6 @@ the N trajectories from N distinct first nodes and scores each against its insta
 shared baseline in PPO's clipped objective); ``--preset rlor`` is the paper's (critic and GAE).
 """
 
-import contextlib
 import math
 import os
 import random
@@ -25,9 +24,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 from ppoor.envs import ENV_IDS
-from ppoor.envs.vrp import instance_variants
-from ppoor.models import Agent, Cache, StateWrapper, compile_step, load_weights
-from ppoor.models.distributed_norm import fixed_statistics, freeze_statistics, recorded_statistics
+from ppoor.models import Agent, Cache, StateWrapper, compile_step
+from ppoor.models.distributed_norm import freeze_statistics
 from ppoor.search import allowed_starts, forced_actions
 from ppoor.training import options, parallel, ppo, routing
 from ppoor.training.runs import Run
@@ -99,12 +97,8 @@ class Args:
     """instances decoded at once in the update (memory only); None: what fits in 1 GiB (a third of a GPU's free memory)"""
     update_epochs: int = 2
     """the K epochs to update the policy"""
-    step_fraction: float = 1.0
-    """the share of the stored decoding steps each minibatch trains on (0.5 halves the update's cost)"""
     norm_adv: bool = True
     """toggles advantages normalization (the shared baseline's: divided by their RMS, already centred per instance)"""
-    norm_rewards: Literal["none", "variant"] = "none"
-    """VRP variants: variant divides each variant's advantages by its running RMS (mixed batches of unlike costs)"""
     clip_coef: float = 0.2
     """the surrogate clipping coefficient"""
     clip_vloss: bool = True
@@ -119,26 +113,16 @@ class Args:
     """raise the learning rate linearly over a new optimizer's first steps (for a trained model's); 0: none"""
     target_kl: float | None = None
     """a trust region: stop an update at 2 x target_kl and steer the learning rate by the KL reached; None: none"""
-    replay_batch_norm: bool = False
-    """normalise the update's encoder with the rollout's batch-norm statistics (excludes --norm-groups)"""
     norm_groups: bool = True
     """encode the rollout in the update's minibatches, so each minibatch starts from the policy that sampled
     it (the cure of small minibatches' relapses); False: all instances at once (the rlor preset)"""
     batch_norm: Literal["batch", "frozen"] = "batch"
     """the am encoder's batch norm: batch (each batch's statistics) or frozen (--init-from's running statistics,
     in rollout, update and evaluation alike: fine-tuning on a mix of unlike instances, such as the 48 variants)"""
-    encoder_cache: bool = True
-    """encode each instance once per rollout; False re-encodes at every step (a benchmark baseline)"""
     distance_prior: float | None = None
     """beta of the decoder's prior toward near nodes (models.attention_model.distance_bias); None: 3 for TSP, CVRP"""
     encoder: Literal["am", "transformer"] = "am"
     """the encoder's layers: am (Kool et al.'s, batch norm) or transformer (RouteFinder's, RMSNorm and SwiGLU)"""
-    local_view: int = 0
-    """K of a learned score over the K nearest allowed nodes, added to the logits (models.local_view; 0: none);
-    with --init-from a model without one, it starts at zero and the policy is the model's own"""
-    trainable: Literal["all", "local-view"] = "all"
-    """the weights the update trains: all, or only the local view, on a model --init-from gives (the update
-    then decodes the stored steps without the model's backward pass)"""
     amp: bool = False
     """bf16 autocast of the model on a CUDA GPU"""
     compile: bool = False
@@ -214,20 +198,14 @@ def ppo_update(
     agent: Agent, optimizer: torch.optim.Optimizer, data: routing.Rollout, args: Args, chunk: int, autocast,
 ) -> dict:  # fmt: skip
     """--update-epochs passes over minibatches of instances (with --norm-groups the rollout's), one step each
-    on a random --step-fraction of the stored steps; a minibatch is encoded at once and decoded in chunks of
-    ``chunk`` instances. With --target-kl it stops before a minibatch 2 x target_kl away. Returns the last
+    over the stored steps; a minibatch is encoded at once and decoded in chunks of ``chunk`` instances. With --target-kl it stops before a minibatch 2 x target_kl away. Returns the last
     step's statistics, the mean clip fraction and the optimizer steps taken."""
     static, steps, batch, groups = data.static, data.steps, data.batch, data.groups
     num_envs = batch["actions"].shape[1]
     rate = optimizer.param_groups[0]["lr"]  # the iteration's learning rate (annealed), before any warm-up
     clipfracs, taken, last = [], 0, {}
-    stored = batch["actions"].shape[0]
-    sampled = max(1, math.ceil(args.step_fraction * stored))
-    full_steps, full_batch = steps, batch
     for _epoch in range(args.update_epochs):
         for mb_inds in groups or routing.minibatches(num_envs, args.minibatch_size, batch["actions"].device):
-            if sampled < stored:  # --step-fraction: this minibatch's share of the stored steps
-                steps, batch = routing.step_subset(full_steps, full_batch, sampled)
             totals = routing.minibatch_totals(batch, mb_inds, args)
             optimizer.zero_grad()
             with autocast:
@@ -265,10 +243,9 @@ def rollout(
     static = wrapper.static(obs)
     states, actions, logprobs, values, rewards, dones, alive, weights = ([] for _ in range(8))
     env_steps = 0
-    replay = recorded_statistics(agent) if args.replay_batch_norm else contextlib.nullcontext([])
     groups = routing.minibatches(args.num_envs, args.minibatch_size, start_actions.device) if args.norm_groups else None
-    with torch.no_grad(), autocast, replay as norms:  # with --replay-batch-norm the update normalises alike
-        cache = agent.encode(static, groups) if args.encoder_cache else None
+    with torch.no_grad(), autocast:
+        cache = agent.encode(static, groups)
         for _ in range(args.num_steps or env.max_episode_steps):
             running = ~env.terminated
             if not running.any():
@@ -286,7 +263,7 @@ def rollout(
             action, logprob, _, value = agent.get_action_and_value(
                 state,
                 allowed_starts(first, state["action_mask"]) if forced else None,
-                cache=cache if args.encoder_cache else agent.encode(static, groups),  # the baseline re-encodes
+                cache=cache,
                 with_value=critic,
             )
             obs, reward, terminations, _, _ = envs.step(wrapper.numpy(action))
@@ -309,14 +286,13 @@ def rollout(
         if critic:
             batch.update(values=torch.stack(values), rewards=torch.stack(rewards), dones=torch.stack(dones))
             batch["next_value"] = agent.get_value(wrapper.state(static, obs), cache=cache).float()
-    return routing.Rollout(static, routing.stack_states(states), batch, norms, groups, env_steps), obs
+    return routing.Rollout(static, routing.stack_states(states), batch, groups, env_steps), obs
 
 
-def add_advantages(batch: dict, episode_return: np.ndarray, args: Args, scales=None, envs=None) -> None:
+def add_advantages(batch: dict, episode_return: np.ndarray, args: Args) -> None:
     """The advantages [T, M, N] of the rollout's ``batch``: GAE over the critic's values (and the
     returns it learns), or with the shared baseline each trajectory's return ``episode_return``
-    [M, N] (the rollout holds whole episodes) against the mean of its instance's trajectories, divided
-    by its variant's running scale with --norm-rewards variant (``scales``, the variants of ``envs``)."""
+    [M, N] (the rollout holds whole episodes) against the mean of its instance's trajectories."""
     if args.baseline == "critic":
         values, next_value = batch["values"], batch.pop("next_value")
         advantages = compute_gae(
@@ -326,8 +302,6 @@ def add_advantages(batch: dict, episode_return: np.ndarray, args: Args, scales=N
     else:
         returns = torch.as_tensor(episode_return, dtype=torch.float32, device=batch["actions"].device)
         advantages = routing.shared_advantages(returns, args.train_augment)
-        if scales is not None:
-            advantages = scales(advantages, instance_variants(envs.unwrapped.static))
         batch["advantages"] = advantages.expand(len(batch["actions"]), -1, -1)
 
 
@@ -354,19 +328,16 @@ def main(args: Args, given: set[str] | None = None) -> None:
     wrapper = StateWrapper(problem, device)
     val_data, val_references = routing.validation_set(args) if args.eval_interval and rank == 0 else (None, None)
 
-    agent = Agent(problem, distance_prior=args.distance_prior, encoder=args.encoder, local_view=args.local_view)
+    agent = Agent(problem, distance_prior=args.distance_prior, encoder=args.encoder)
     agent = agent.to(device)
     if init:
-        load_weights(agent, init["model"])
+        agent.load_state_dict(init["model"])
     if args.batch_norm == "frozen":  # (a resumed run's statistics are its checkpoint's: restored below)
         freeze_statistics(agent)
     if args.compile:
         compile_step(agent)
     torch.manual_seed(args.seed + rank)
-    if args.trainable == "local-view":
-        agent.requires_grad_(False).local_view.requires_grad_(True)
-    trained = [p for p in agent.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(trained, lr=args.learning_rate, eps=1e-5)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     next_obs, _ = envs.reset(seed=args.seed + rank)  # seeds the env's generator
     if args.train_augment > 1:
         next_obs = routing.new_episodes(envs, args)
@@ -377,7 +348,6 @@ def main(args: Args, given: set[str] | None = None) -> None:
     routing.announce(run, args, sizes, world_size, device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)
     episode = {"return": np.zeros((args.num_envs, args.n_traj)), "length": np.zeros((args.num_envs, args.n_traj), int)}
-    scales = routing.VariantScales(ckpt and ckpt.get("variant_scales")) if args.norm_rewards == "variant" else None
 
     while run.going():
         run.iteration += 1
@@ -394,17 +364,16 @@ def main(args: Args, given: set[str] | None = None) -> None:
         episode["done"] = envs.unwrapped.terminated.all()
         if episode["done"]:
             routing.log_episodes(run, episode, envs.unwrapped.episode_statistics())
-        add_advantages(data.batch, episode["return"], args, scales, envs)
+        add_advantages(data.batch, episode["return"], args)
         rollout_time = time.time() - rollout_start
 
         # optimizing the policy and value network over minibatches of instances
         update_start = time.time()
-        with fixed_statistics(agent, data.norms):  # empty without --replay-batch-norm: the minibatch's own statistics
-            stats = ppo_update(agent, optimizer, data, args, chunk, autocast)
-            if args.target_kl is not None:  # the KL the update reached, on a sample of the rollout
-                with torch.no_grad(), autocast:
-                    stats["update_kl"] = routing.sample_kl(agent, data, args.num_envs, min(chunk, routing.KL_SAMPLE))
-                run.lr_scale = routing.steer_learning_rate(run.lr_scale, stats["update_kl"], args.target_kl)
+        stats = ppo_update(agent, optimizer, data, args, chunk, autocast)
+        if args.target_kl is not None:  # the KL the update reached, on a sample of the rollout
+            with torch.no_grad(), autocast:
+                stats["update_kl"] = routing.sample_kl(agent, data, args.num_envs, min(chunk, routing.KL_SAMPLE))
+            run.lr_scale = routing.steer_learning_rate(run.lr_scale, stats["update_kl"], args.target_kl)
         update_time = time.time() - update_start
         run.tick()
 
@@ -416,14 +385,14 @@ def main(args: Args, given: set[str] | None = None) -> None:
         if run.is_main:
             print(line + run.progress(), flush=True)
         if run.checkpoint_due():
-            run.save(routing.training_state(run, agent, optimizer, envs, args, scales))
+            run.save(routing.training_state(run, agent, optimizer, envs, args))
 
     if run.stop.requested:
-        run.stopped(run.save(routing.training_state(run, agent, optimizer, envs, args, scales)))
+        run.stopped(run.save(routing.training_state(run, agent, optimizer, envs, args)))
     if run.is_main and args.eval_interval:
         results = run.log_all(routing.evaluate(agent, val_data, args.eval_batch_size, val_references))
         print("final evaluation: " + " ".join(f"{tag}={value:.4f}" for tag, value in results.items()), flush=True)
-    path = run.save(routing.training_state(run, agent, optimizer, envs, args, scales))
+    path = run.save(routing.training_state(run, agent, optimizer, envs, args))
     if world_size > 1:
         parallel.report_parameter_agreement(agent, run.is_main)
     if run.is_main:

@@ -2,7 +2,7 @@
 
 Runs the real trainer (subprocess) for a few iterations at M instances on one thread, the default
 preset (ppo-or: N = n trajectories, 8 symmetric copies, minibatches of 32 instances, two epochs) or the paper's
-(rlor: N = 50, 8 minibatches, two epochs), with the encoder cache on and off in the rollout, and
+(rlor: N = 50, 8 minibatches, two epochs), and
 prints env steps/s (instance-steps, the trainer's SPS), node selections/s, and the split between
 rollout and PPO update with their ratio (the first iteration is dropped as warm-up). The trust
 region's early stop is off in these runs (``--target-kl None``), so every update does the same work.
@@ -22,7 +22,7 @@ prints torch.profiler's table of that iteration (ops by self CPU time).
     python bench/train_throughput.py                                   # TSP50 and TSP100, M = 256
     python bench/train_throughput.py --num-nodes 50 --num-envs 64 256 --preset rlor
     python bench/train_throughput.py --num-nodes 100 --iterations 2 --profile
-    python bench/train_throughput.py --num-nodes 50 --minibatch-size 128 --step-fraction 0.5
+    python bench/train_throughput.py --num-nodes 50 --minibatch-size 128
     python bench/train_throughput.py --num-nodes 50 --compile    # ppo_or.py --compile
 """
 
@@ -46,10 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PAPER_SPS = {64: 370, 1024: 240}  # TSP50, N = 50
 
 
-def measure(nodes: int, num_envs: int, preset: str, iterations: int, cache: bool, extra: tuple = ()) -> dict:
+def measure(nodes: int, num_envs: int, preset: str, iterations: int, extra: tuple = ()) -> dict:
     steps = (iterations + 1) * num_envs * (nodes + 1)
     cmd = [sys.executable, str(ROOT / "ppo_or.py"), *trainer_args(nodes, num_envs, preset, steps, extra)]
-    cmd += [] if cache else ["--no-encoder-cache"]
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=True).stdout
     rows = iteration_rows(out)[1:]  # the first is warm-up
@@ -61,7 +60,7 @@ def measure(nodes: int, num_envs: int, preset: str, iterations: int, cache: bool
 
 def trainer_args(nodes: int, num_envs: int, preset: str, steps: int, extra: tuple = ()) -> list[str]:
     """ppo_or.py arguments of the measured runs: TSP, one thread, no evaluation, no early stop, and
-    ``extra`` (e.g. --step-fraction 0.5)."""
+    ``extra`` (e.g. --minibatch-size 128)."""
     args = ["--num-nodes", str(nodes), "--num-envs", str(num_envs), "--total-timesteps", str(steps)]
     args += ["--threads", "1", "--eval-interval", "0", "--checkpoint-interval", "0", "--no-anneal-lr"]
     return args + ["--preset", preset, "--target-kl", "None", *extra]
@@ -160,7 +159,6 @@ def main():
     parser.add_argument(
         "--minibatch-size", type=int, default=None, help="ppo_or.py's --minibatch-size (default: its own)"
     )
-    parser.add_argument("--step-fraction", type=float, default=1.0, help="ppo_or.py's --step-fraction")
     parser.add_argument(
         "--compile",
         action="store_true",
@@ -172,8 +170,7 @@ def main():
     if args.compile and (problem := compiler_problem()):
         sys.exit(f"error: --compile: {problem}")
     epochs = options.presets(ppo_or.Args)[args.preset].update_epochs
-    extra = ("--step-fraction", str(args.step_fraction))
-    extra += ("--minibatch-size", str(args.minibatch_size)) if args.minibatch_size else ()
+    extra = ("--minibatch-size", str(args.minibatch_size)) if args.minibatch_size else ()
     print(
         f"TSP, preset {args.preset} ({epochs} update epoch(s)), 1 thread{', decode step compiled' if args.compile else ''}; "
         "times per iteration (one rollout + one update)"
@@ -183,14 +180,11 @@ def main():
     for nodes in args.num_nodes:
         for m in args.num_envs:
             timed = extra + (("--compile",) if args.compile else ())  # the first iteration compiles: not timed
-            cached = measure(nodes, m, args.preset, args.iterations, True, timed)
-            uncached = measure(nodes, m, args.preset, args.iterations, False, timed)
+            cached = measure(nodes, m, args.preset, args.iterations, timed)
             ratio = cached["update"] / cached["rollout"]
             line = (
                 f"TSP{nodes} M={m}: {cached['sps']:,.0f} env steps/s, rollout {cached['rollout']:.2f}s + update "
-                f"{cached['update']:.2f}s per iteration: the update costs {ratio:.2f}x the rollout; without the "
-                f"encoder cache {uncached['sps']:,.0f} env steps/s (rollout {uncached['rollout']:.2f}s), cache ratio "
-                f"{cached['sps'] / uncached['sps']:.2f}x"
+                f"{cached['update']:.2f}s per iteration: the update costs {ratio:.2f}x the rollout"
             )
             if nodes == 50 and args.preset == "rlor" and m in PAPER_SPS:
                 line += f"; vs the paper's original code ({PAPER_SPS[m]}/s) {cached['sps'] / PAPER_SPS[m]:.1f}x"

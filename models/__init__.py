@@ -7,7 +7,6 @@ from ppoor.models.checkpoints import (
     export_weights,
     latest_checkpoint,
     load_agent,
-    load_weights,
     read_checkpoint,
     save_checkpoint,
 )
@@ -24,7 +23,6 @@ __all__ = [
     "export_weights",
     "latest_checkpoint",
     "load_agent",
-    "load_weights",
     "read_checkpoint",
     "save_checkpoint",
 ]

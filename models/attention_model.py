@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 from ppoor.models.distributed_norm import DistributedBatchNorm1d
 from ppoor.models.embeddings import PROBLEM_MODULES
-from ppoor.models.local_view import LocalView, current_distance
 from torch import nn
 
 
@@ -178,11 +177,9 @@ class AttentionModel(nn.Module):
         tanh_clipping: float = 10.0,
         distance_prior: float = 0.0,
         encoder: str = "am",
-        local_view: int = 0,
     ):
         """``distance_prior``: beta of ``distance_bias`` (0: none), a setting of the model that decoding may change;
-        ``encoder``: the kind of encoder layers (``ENCODERS``); ``local_view``: K of a learned
-        ``models.local_view.LocalView`` over the K nearest allowed actions (0: none)."""
+        ``encoder``: the kind of encoder layers (``ENCODERS``)."""
         super().__init__()
         if problem not in PROBLEM_MODULES:
             raise ValueError(f"problem must be one of {sorted(PROBLEM_MODULES)}, got {problem!r}")
@@ -195,14 +192,12 @@ class AttentionModel(nn.Module):
         self.context = context_cls(embed_dim)
         self.decoder = Decoder(embed_dim, num_heads, self.context.context_dim, tanh_clipping)
         self.critic = nn.Sequential(nn.Linear(embed_dim, embed_dim), nn.ReLU(), nn.Linear(embed_dim, 1))
-        self.local_view = LocalView(local_view) if local_view else None
 
     @property
     def config(self) -> dict:
         """The settings a checkpoint's ``model_config`` records to build this model again (those that
         differ from the defaults, so that older readers still read a default model's checkpoint)."""
         config = {"distance_prior": self.distance_prior} if self.distance_prior else {}
-        config |= {"local_view": self.local_view.k} if self.local_view is not None else {}
         return config | ({"encoder": self.encoder_kind} if self.encoder_kind != "am" else {})
 
     def encode(self, static: dict, groups: list[torch.Tensor] | None = None) -> Cache:
@@ -221,11 +216,8 @@ class AttentionModel(nn.Module):
         ``with_value``)."""
         query = cache.graph_context + self.context(cache, state, self.decoder.project_context.weight)
         logits, heads = self.decoder(cache, query, state["action_mask"], self.embedding.dynamic(state))
-        distance = current_distance(state) if self.distance_prior or self.local_view is not None else None
         if self.distance_prior:
-            logits = logits + distance_bias(state, self.distance_prior, distance).to(logits.dtype)
-        if self.local_view is not None:
-            logits = logits + self.local_view(state, distance).to(logits.dtype)
+            logits = logits + distance_bias(state, self.distance_prior).to(logits.dtype)
         return logits, self.value(heads) if with_value else None
 
     def value(self, heads: torch.Tensor) -> torch.Tensor:
@@ -241,6 +233,15 @@ def check_prior(beta: float) -> float:
     if isinstance(beta, bool) or not isinstance(beta, int | float) or not math.isfinite(beta) or beta < 0:
         raise ValueError(f"distance_prior must be a finite number >= 0, got {beta!r}")
     return float(beta)
+
+
+def current_distance(state: dict) -> torch.Tensor:
+    """Euclidean distance from each query's current node (``last_node`` [B, N]) to every action's point
+    [B, N, A] (float32): the depot(s) first (``depots`` [B, D, 2] or ``depot`` [B, 2]), then ``coords`` [B, n, 2]."""
+    depots = state.get("depots", state["depot"][:, None] if "depot" in state else None)
+    points = state["coords"] if depots is None else torch.cat([depots, state["coords"]], dim=1)  # [B, A, 2]
+    current = points.gather(1, state["last_node"][..., None].expand(-1, -1, 2))  # [B, N, 2]
+    return torch.cdist(current.float(), points.float())
 
 
 def distance_bias(state: dict, beta: float, distance: torch.Tensor | None = None) -> torch.Tensor:

@@ -169,18 +169,6 @@ def load_agent(
     return agent.to(device).eval(), ckpt
 
 
-def load_weights(agent: Agent, weights: dict) -> None:
-    """Loads a state dict into ``agent``; only an agent's local view may be missing from it (the weights
-    of a model without one: the view then stays at its zero start, and the policy is the model's own).
-    Raises ``RuntimeError`` where anything else does not fit."""
-    missing = agent.state_dict().keys() - weights.keys()
-    lacks_view_only = missing and all(key.startswith("local_view.") for key in missing)
-    agent.load_state_dict(weights, strict=not lacks_view_only)
-    if lacks_view_only:  # the strict check, with the local view's keys set aside
-        if unexpected := weights.keys() - agent.state_dict().keys():
-            raise RuntimeError(f"unexpected keys in the weights: {sorted(unexpected)}")
-
-
 def save_checkpoint(payload: dict, path: str | os.PathLike) -> None:
     """Writes atomically: a temporary file in the same folder, then a rename over ``path``."""
     path = Path(path)

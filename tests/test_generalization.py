@@ -8,7 +8,7 @@ import numpy as np
 import ppoor
 import pytest
 from checks import check_cvrp_actions, check_tsp_actions
-from hypothesis import example, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from ppoor.envs.distributions import DISTRIBUTIONS, draw
 from ppoor.envs.instances import check_instances
@@ -363,87 +363,6 @@ def test_a_run_from_before_the_prior_resumes_without_it(tmp_path, monkeypatch):
     save_checkpoint({k: v for k, v in ckpt.items() if k != "format"}, tmp_path / "old.pt")
     resumed, _, _, _ = options.resolve_args(*ppo_or.parse_args(["--resume", str(tmp_path / "old.pt")]))
     assert resumed.distance_prior == 0.0
-
-
-def local_view_state(problem: str, b: int, n: int, traj: int, rng: np.random.Generator) -> tuple[dict, np.ndarray]:
-    """A random decoding state (float32 tensors as the state wrapper gives, a random allowed set) and its
-    actions' points [b, A, 2]."""
-    import torch
-
-    coords = rng.random((b, n, 2)).astype(np.float32)
-    state, points = {"coords": torch.tensor(coords)}, coords
-    if problem == "cvrp":
-        depot = rng.random((b, 2)).astype(np.float32)
-        state["depot"], points = torch.tensor(depot), np.concatenate([depot[:, None], coords], 1)
-        state["demand"] = torch.tensor(rng.uniform(0.01, 0.3, (b, n)), dtype=torch.float32)
-        state["current_load"] = torch.tensor(rng.uniform(0.05, 1.0, (b, traj)), dtype=torch.float32)
-    actions = points.shape[1]
-    state["last_node"] = torch.tensor(rng.integers(0, actions, (b, traj)))
-    state["action_mask"] = torch.tensor(rng.random((b, traj, actions)) < 0.6)
-    if problem == "tsp":
-        state["is_initial_action"] = torch.tensor(rng.random((b, traj)) < 0.2)
-    return state, points
-
-
-@settings(max_examples=25, deadline=None)
-@given(problem=st.sampled_from(["tsp", "cvrp"]), b=st.integers(1, 3), n=st.integers(2, 30), traj=st.integers(1, 4),
-       k=st.integers(1, 12), seed=st.integers(0, 2**16))  # fmt: skip
-@example(problem="tsp", b=1, n=26, traj=4, k=1, seed=0)  # the one neighbour the current node: cdist put it 1e-4 away
-def test_the_local_view_scores_the_k_nearest_allowed_nodes_whatever_the_scale(problem, b, n, traj, k, seed):
-    """With random weights the local view scores exactly the K nearest allowed actions of each query (found
-    here from the coordinates; all allowed ones where fewer), nothing at a TSP tour's first step; its
-    scores do not change when the instance is moved and scaled; at its zero start it adds nothing."""
-    import torch
-    from ppoor.models.local_view import LocalView
-
-    rng = np.random.default_rng(seed)
-    state, points = local_view_state(problem, b, n, traj, rng)
-    view = LocalView(k)
-    assert not view(state).any()  # the zero start
-    torch.manual_seed(seed)
-    for parameter in view.parameters():
-        torch.nn.init.normal_(parameter)
-    with torch.no_grad():
-        scores = view(state).numpy()
-    last, mask = state["last_node"].numpy(), state["action_mask"].numpy()
-    for i in range(b):
-        for j in range(traj):
-            scored = set(np.flatnonzero(scores[i, j]))
-            if problem == "tsp" and state["is_initial_action"][i, j]:
-                assert not scored
-                continue
-            d = np.linalg.norm(points[i] - points[i, last[i, j]], axis=1)
-            allowed = np.flatnonzero(mask[i, j])
-            nearest = allowed[np.argsort(d[allowed], kind="stable")][:k]
-            assert scored == set(nearest)  # (random weights: no score is exactly 0)
-    shift, factor = rng.uniform(-1, 1, 2), rng.uniform(0.1, 10)
-    moved = dict(state, coords=state["coords"] * factor + torch.tensor(shift, dtype=torch.float32))
-    if problem == "cvrp":
-        moved["depot"] = state["depot"] * factor + torch.tensor(shift, dtype=torch.float32)
-    with torch.no_grad():
-        np.testing.assert_allclose(view(moved).numpy(), scores, rtol=1e-4, atol=1e-4 * np.abs(scores).max())
-
-
-def test_a_model_without_a_local_view_loads_into_one_and_decodes_as_before():
-    """load_weights: the local view missing from the weights starts at zero (the same tours); weights that
-    do not fit otherwise are refused."""
-    import torch
-    from ppoor.models import Agent, load_weights
-
-    model = ppoor.Model("tsp20")
-    weights = model.agent.state_dict()
-    with_view = Agent("tsp", local_view=8)
-    load_weights(with_view, weights)
-    points = np.random.default_rng(2).random((3, 20, 2))
-    own = model.solve(points, decode="multi-greedy")
-    model.agent = with_view.eval()
-    again = model.solve(points, decode="multi-greedy")
-    np.testing.assert_array_equal(own.tours, again.tours)
-    for extra in (weights, with_view.state_dict()):  # without the view and with it
-        with pytest.raises(RuntimeError, match="(?i)unexpected key"):
-            load_weights(with_view, {**extra, "extra.weight": torch.zeros(1)})
-    with pytest.raises(RuntimeError):
-        load_weights(Agent("tsp"), with_view.state_dict())
 
 
 @pytest.mark.parametrize(

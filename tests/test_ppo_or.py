@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 import torch
 from checks import SHARED
-from hypothesis import example, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from in_process import run_script
 from ppoor.envs import ENV_IDS, kool_dataset, standard_dataset
-from ppoor.envs.vrp import VARIANTS
 from ppoor.models import Agent, compiler_problem, load_agent, read_checkpoint
 from ppoor.search import decode
 from ppoor.training import routing
@@ -178,10 +177,6 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes(tmp_path, signum):
         (["--env-id", "pdp-v0", "--num-nodes", "7", "--n-traj", "3"], "node 7 would be a delivery without its pickup"),
         (["--env-id", "pdp-v0", "--num-nodes", "8", "--n-traj", "5"], "--n-traj 5 exceeds the 4 start nodes"),
         (["--env-id", "op-v0", "--eval-instances", "2000"], "--eval-instances must be in 1..1000"),
-        (["--local-view", "-1"], "--local-view must be between 0 and 1000, got -1"),
-        (["--trainable", "local-view"], "--trainable local-view trains a local view on trained weights"),
-        (["--trainable", "local-view", "--local-view", "8", "--init-from", "tsp20", "--baseline", "critic"],
-         "--trainable local-view leaves the critic untrained: use --baseline shared"),  # fmt: skip
     ],
 )
 def test_bad_arguments_exit_with_a_message(tmp_path, args, message):
@@ -442,11 +437,10 @@ def test_start_loss_is_the_gradient_of_the_expected_advantage():
 def rollout_batch(seed: int, num_envs: int = 6, num_nodes: int = 5, groups: list | None = None):
     """A CVRP rollout of two steps for ``num_envs`` instances x 5 trajectories (multi-start first
     step, then a sampled one), with random advantages and a random half of the second step dead:
-    (agent, static, steps, batch); the batch-norm statistics it used are left in ``rollout_batch.norms``.
+    (agent, static, steps, batch).
     ``groups``: the instances encoded together (--norm-groups); None encodes all at once."""
     from ppoor.envs import CVRPVectorEnv
     from ppoor.models import StateWrapper
-    from ppoor.models.distributed_norm import recorded_statistics
 
     env = CVRPVectorEnv(num_envs=num_envs, num_nodes=num_nodes, n_traj=num_nodes)
     obs, _ = env.reset(seed=seed)
@@ -456,7 +450,7 @@ def rollout_batch(seed: int, num_envs: int = 6, num_nodes: int = 5, groups: list
     agent = Agent("cvrp")
     generator = torch.Generator().manual_seed(seed)
     states, actions, logprobs = [], [], []
-    with torch.no_grad(), recorded_statistics(agent) as norms:
+    with torch.no_grad():
         for t in range(2):
             state = wrapper.state(static, obs)
             forced = routing.first_nodes(torch.arange(1, num_nodes + 1), num_envs, num_nodes) if t == 0 else None
@@ -475,14 +469,13 @@ def rollout_batch(seed: int, num_envs: int = 6, num_nodes: int = 5, groups: list
         "alive": alive,
     }
     batch["weights"] = torch.stack([num_nodes * logprobs[0].exp(), torch.ones_like(logprobs[1])]) * alive
-    rollout_batch.norms = norms  # the batch statistics the rollout normalised with
     return agent, static, stack_states(states), batch
 
 
 def update_data(static: dict, steps: dict, batch: dict, groups: list | None = None):
     """``rollout_batch``'s tensors as the ppo_or.Rollout that ppo_update takes."""
 
-    return routing.Rollout(static, steps, batch, [], groups, env_steps=len(batch["actions"]))
+    return routing.Rollout(static, steps, batch, groups, env_steps=len(batch["actions"]))
 
 
 @settings(max_examples=8, deadline=None)
@@ -519,32 +512,6 @@ def test_chunks_accumulate_the_gradient_of_the_whole_minibatch(chunk, norm_adv, 
         assert chunked_stats[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
 
 
-@settings(max_examples=5, deadline=None)
-@given(seed=st.integers(0, 1000), rows=st.integers(1, 5))
-def test_a_minibatch_replays_the_rollouts_batch_norm(seed, rows):
-    """In training mode the encoder normalises with the statistics of its batch, so a minibatch of a
-    rollout's instances, re-encoded alone, scores the stored actions under another policy (a KL
-    divergence before any step); with the rollout's recorded statistics it scores them exactly as
-    the rollout did (ratio 1), and its gradient still reaches every parameter."""
-    from ppoor import ppo_or
-    from ppoor.models.distributed_norm import fixed_statistics
-
-    agent, static, steps, batch = rollout_batch(seed)
-    args = ppo_or.Args(num_envs=6, n_traj=5, num_nodes=5)
-    index = torch.randperm(6, generator=torch.Generator().manual_seed(seed))[:rows]
-    with torch.no_grad():
-        _, alone = ppo_or.ppo_loss(agent, static, steps, batch, index, args)
-    norm = next(m for m in agent.modules() if hasattr(m, "fixed"))
-    before = norm.running_mean.clone()
-    with fixed_statistics(agent, rollout_batch.norms):
-        loss, replayed = ppo_or.ppo_loss(agent, static, steps, batch, index, args)
-        grads = torch.autograd.grad(loss, list(agent.encoder.parameters()))
-        target = norm.fixed[0]
-    assert alone["approx_kl"] > 1e-6
-    assert abs(replayed["approx_kl"]) < 1e-6 and replayed["clipfrac"] == 0.0
-    assert all(g.abs().sum() > 0 for g in grads)
-    # evaluation's running statistics moved toward the replayed ones (they lagged the weights without)
-    assert torch.allclose(norm.running_mean, torch.lerp(before, target, norm.momentum), atol=1e-6)
 
 
 @settings(max_examples=6, deadline=None)
@@ -712,33 +679,6 @@ def test_init_from_starts_a_new_run_from_a_models_weights(tmp_path):
     assert result.returncode != 0 and "has am encoder layers, not transformer: give --encoder am" in result.stderr
 
 
-def test_a_local_view_trained_alone_leaves_the_models_weights_and_resumes(tmp_path):
-    """--local-view 8 --trainable local-view on tsp20: the update moves the view's weights and no other
-    (the batch-norm statistics aside); the checkpoint records the view, eval.py decodes with it, --resume
-    continues it, and --init-from it without --local-view is refused in one line."""
-    train(tmp_path, "--num-nodes", "12", *TINY, "--total-timesteps", "200", "--eval-interval", "0",
-          "--checkpoint-interval", "1", "--init-from", "tsp20", "--local-view", "8", "--trainable", "local-view",
-          "--learning-rate", "1e-2")  # fmt: skip
-    from ppoor.models.checkpoints import read_checkpoint, shipped_checkpoint
-
-    first, *_, last = sorted((run_dir(tmp_path) / "ckpt").iterdir(), key=lambda p: int(p.stem))
-    trained, shipped = read_checkpoint(last), read_checkpoint(shipped_checkpoint("tsp20"))
-    assert trained["model_config"]["local_view"] == 8
-    for key, value in trained["model"].items():
-        if key.startswith("local_view."):
-            assert key == "local_view.embed.weight" or value.abs().max() > 0, key  # the zero start moved
-        elif "running" not in key and "num_batches" not in key:
-            assert torch.equal(value, shipped["model"][key]), key
-    agent, _ = load_agent(last)
-    assert agent.local_view.k == 8
-    result = subprocess.run([sys.executable, str(ROOT / "eval.py"), "--checkpoint", str(last), "--num-instances", "4"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    train(tmp_path, "--resume", str(first), "--total-timesteps", "300")
-    result = train(tmp_path, "--init-from", str(last), check=False)
-    assert result.returncode != 0 and "has a local view of 8 neighbours: give --local-view 8" in result.stderr
-
-
 def test_a_transformer_encoder_run_trains_records_its_layers_and_resumes(tmp_path):
     train(tmp_path, "--env-id", "cvrp-v0", "--num-nodes", "6", "--encoder", "transformer", *TINY,
           "--total-timesteps", "100", "--eval-interval", "0", "--checkpoint-interval", "1")  # fmt: skip
@@ -748,42 +688,6 @@ def test_a_transformer_encoder_run_trains_records_its_layers_and_resumes(tmp_pat
     train(tmp_path, "--resume", str(first), "--total-timesteps", "150")
 
 
-@settings(max_examples=6, deadline=None)
-@given(norm_adv=st.booleans(), seed=st.integers(0, 1000))
-@example(norm_adv=False, seed=206)  # the minibatch's instances summed in another order: 3e-6 apart
-def test_a_step_fraction_trains_on_a_subset_of_the_stored_steps(norm_adv, seed):
-    """--step-fraction 0.5 over T = 2 stored steps: the update's step is exactly the step of the update
-    on the rollout cut down to one of its steps (the one drawn), and both steps can be drawn. One
-    minibatch of all instances, SGD, so that the step is the gradient itself."""
-    import contextlib
-
-    from ppoor import ppo_or
-
-    def step(fraction: float, keep: list[int] | None, draw: int) -> list:
-        agent, static, steps, batch = rollout_batch(seed)
-        if keep is not None:
-            steps = {key: value[keep] for key, value in steps.items()}
-            batch = {key: value[keep] for key, value in batch.items()}
-        args = ppo_or.Args(num_envs=6, n_traj=5, num_nodes=5, norm_adv=norm_adv, minibatch_size=6, update_epochs=1)
-        args = dataclasses.replace(args, target_kl=None, max_grad_norm=1e6, step_fraction=fraction)
-        before = [p.detach().clone() for p in agent.parameters()]
-        torch.manual_seed(draw)
-        data = update_data(static, steps, batch, [torch.arange(6)])  # one minibatch, its instances in one order
-        ppo_or.ppo_update(agent, torch.optim.SGD(agent.parameters(), lr=1.0), data, args, 6, contextlib.nullcontext())
-        return [b - p.detach() for b, p in zip(before, agent.parameters(), strict=True)]
-
-    def same(a: list, b: list) -> bool:
-        return all(torch.allclose(x, y, rtol=1e-4, atol=1e-6) for x, y in zip(a, b, strict=True))
-
-    alone = [step(1.0, [t], 0) for t in (0, 1)]
-    assert not same(*alone)
-    drawn = set()
-    for draw in range(8):
-        sampled = step(0.5, None, draw)
-        matches = [t for t in (0, 1) if same(sampled, alone[t])]
-        assert len(matches) == 1
-        drawn.add(matches[0])
-    assert drawn == {0, 1}
 
 
 @settings(max_examples=15, deadline=None)
@@ -846,7 +750,7 @@ def test_the_memory_estimate_holds_at_every_size(tmp_path_factory, env_id, num_n
     """A run's memory estimate (``training.routing.training_memory``) is at least what one iteration
     takes above the same run with 8 instances, and at most 4x it (a check that refused every run
     would pass the first half alone). The instances are chosen so the estimate is ``target`` MiB;
-    the update trains on one stored step, so the rollout, which the update keeps, is what grows."""
+    the update decodes one instance at a time, so the rollout, which the update keeps, is what grows."""
     import torch
     from ppoor import ppo_or
     from ppoor.training import options
@@ -857,7 +761,7 @@ def test_the_memory_estimate_holds_at_every_size(tmp_path_factory, env_id, num_n
     def argv(num_envs: int) -> list[str]:
         return ["--env-id", env_id, "--num-nodes", str(num_nodes), "--n-traj", str(n_traj), "--num-envs", str(num_envs),
                 "--train-augment", str(augment), "--norm-groups" if groups else "--no-norm-groups", "--update-epochs",
-                "1", "--step-fraction", "1e-6", "--total-timesteps", "1", "--eval-interval", "0", "--threads", "1",
+                "1", "--update-chunk", "1", "--total-timesteps", "1", "--eval-interval", "0", "--threads", "1",
                 "--checkpoint-interval", "0", "--checkpoint-seconds", "0"]  # fmt: skip
 
     def estimate(num_envs: int) -> float:
@@ -882,36 +786,6 @@ def test_a_run_too_large_for_memory_is_refused_in_one_line(tmp_path):
         assert result.returncode != 0 and time.time() - start < 120
         (line,) = result.stderr.strip().splitlines()
         assert line.startswith("error: this run needs about") and "lower --num-envs" in line, line
-
-
-@settings(max_examples=20, deadline=None)
-@given(m=st.integers(1, 12), n=st.integers(2, 6), seed=st.integers(0, 10_000))
-def test_variant_scales_give_each_variant_unit_rms_first_and_then_follow_a_running_average(m, n, seed):
-    rng = np.random.default_rng(seed)
-    names = [str(v) for v in rng.choice(["cvrp", "vrptw", "ovrpb"], size=m)]
-    spread = torch.tensor([{"cvrp": 1.0, "vrptw": 50.0, "ovrpb": 0.01}[v] for v in names])[:, None]
-    advantages = torch.as_tensor(rng.standard_normal((m, n)), dtype=torch.float32) * spread
-    scales = routing.VariantScales(decay=0.5)
-    scaled = scales(advantages, names)
-    for name in set(names):
-        rows = [i for i, v in enumerate(names) if v == name]
-        rms = scaled[rows].pow(2).mean().sqrt().item()
-        assert rms == pytest.approx(1.0, rel=1e-3) or advantages[rows].abs().max() < 1e-6
-    before = dict(scales.state)
-    scales(2 * advantages, names)  # the next rollout's mean square is 4x: the average moves halfway
-    for name, square in before.items():
-        assert scales.state[name] == pytest.approx(0.5 * square + 0.5 * 4 * square, rel=1e-5)
-
-
-def test_variant_normalised_rewards_train_save_their_scales_and_resume(tmp_path):
-    train(tmp_path, "--env-id", "mtvrp48-v0", "--num-nodes", "6", "--norm-rewards", "variant", *TINY,
-          "--total-timesteps", "100", "--eval-interval", "0", "--checkpoint-interval", "1")  # fmt: skip
-    first = sorted((run_dir(tmp_path) / "ckpt").iterdir(), key=lambda p: int(p.stem))[0]
-    scales = read_checkpoint(first)["variant_scales"]
-    assert scales and all(name in VARIANTS and value > 0 for name, value in scales.items())
-    train(tmp_path, "--resume", str(first), "--total-timesteps", "150")
-    result = train(tmp_path, "--norm-rewards", "variant", *TINY, "--total-timesteps", "40", check=False)
-    assert result.returncode != 0 and "--norm-rewards variant scales" in result.stderr
 
 
 def test_frozen_batch_norm_trains_the_policy_it_evaluates_and_keeps_the_initial_statistics(tmp_path):

@@ -48,13 +48,11 @@ LIMITS = {
     "max_nodes": (2, 100_000),
     "eval_nodes": (2, 100_000),
     "distance_prior": (0.0, 100.0),
-    "local_view": (0, 1_000),
     "minibatch_size": (1, math.inf),
     "update_chunk": (1, math.inf),
     "num_envs": (1, math.inf),
     "n_traj": (1, math.inf),
     "train_augment": (1, 8),
-    "step_fraction": (1e-6, 1.0),
     "num_steps": (1, math.inf),
     "total_seconds": (1e-3, MAX_SECONDS),
     "checkpoint_seconds": (0.0, MAX_SECONDS),
@@ -142,24 +140,16 @@ def check_args(args, starts: int) -> None:
         )
     if args.compile and (problem := compiler_problem()):
         problems.append(f"--compile: {problem}")
-    if args.norm_groups and args.replay_batch_norm:
-        problems.append("--norm-groups and --replay-batch-norm are two cures of the same mismatch: choose one")
     if args.batch_norm == "frozen" and args.encoder != "am":
         problems.append(f"--batch-norm frozen: the {args.encoder} encoder has no batch norm")
     elif args.batch_norm == "frozen" and not (args.init_from or args.resume):
         problems.append("--batch-norm frozen keeps trained weights' statistics: give --init-from (or --resume)")
-    if args.trainable == "local-view" and not (args.local_view and (args.init_from or args.resume)):
-        problems.append("--trainable local-view trains a local view on trained weights: give --local-view, --init-from")
-    elif args.trainable == "local-view" and args.baseline != "shared":
-        problems.append("--trainable local-view leaves the critic untrained: use --baseline shared")
     if args.baseline == "shared" and args.n_traj * args.train_augment < 2:
         problems.append("--baseline shared needs at least 2 trajectories per instance (--n-traj x --train-augment)")
     problem = ENV_IDS[args.env_id]
     val_size = KOOL_SET_SIZE if problem in ("tsp", "cvrp") else TEST_SET_SIZE
     if args.distribution not in (known := env_distributions(problem, ENV_VARIANTS.get(args.env_id))):
         problems.append(f"--distribution {args.distribution}: --env-id {args.env_id} draws {' / '.join(known)}")
-    if args.norm_rewards == "variant" and (problem != "mtvrp" or args.baseline != "shared"):
-        problems.append("--norm-rewards variant scales the shared baseline's advantages of the VRP variants' envs")
     if args.max_nodes is not None and problem not in ("tsp", "cvrp"):
         problems.append(f"--max-nodes: mixed sizes are drawn for tsp and cvrp, not --env-id {args.env_id}")
     elif args.max_nodes is not None and args.max_nodes < args.num_nodes:
@@ -201,7 +191,7 @@ def resolve_args(args, given: set[str] | None = None) -> tuple:
         )
     fail(problems)
     init = (
-        initial_weights(args.init_from, ENV_IDS[args.env_id], args.encoder, args.local_view)
+        initial_weights(args.init_from, ENV_IDS[args.env_id], args.encoder)
         if args.init_from and not ckpt
         else None
     )

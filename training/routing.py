@@ -28,9 +28,9 @@ from ppoor.training.parallel import all_sum, gather
 from ppoor.training.runs import Run, available_memory, memory_problem
 
 
-def initial_weights(source: str, problem: str, encoder: str = "am", local_view: int = 0) -> dict:
+def initial_weights(source: str, problem: str, encoder: str = "am") -> dict:
     """The checkpoint --init-from names, read (weights only) and checked to be a model of ``problem``
-    with ``encoder`` layers, and without a local view unless ``local_view`` (K) asks for one."""
+    with ``encoder`` layers."""
     try:
         init = read_checkpoint(latest_checkpoint(source))
     except CheckpointError as exc:
@@ -39,8 +39,6 @@ def initial_weights(source: str, problem: str, encoder: str = "am", local_view: 
         sys.exit(f"error: --init-from {source} is a {init['problem'].upper()} model, not {problem.upper()}")
     if (kind := init.get("model_config", {}).get("encoder", "am")) != encoder:
         sys.exit(f"error: --init-from {source} has {kind} encoder layers, not {encoder}: give --encoder {kind}")
-    if (k := init.get("model_config", {}).get("local_view", 0)) and not local_view:
-        sys.exit(f"error: --init-from {source} has a local view of {k} neighbours: give --local-view {k}")
     return init
 
 
@@ -81,33 +79,24 @@ def rollout_memory(args, actions: int, steps: int) -> float:
     return cache + encode + step + stored + env
 
 
-def decoded_steps(args, steps: int) -> int:
-    """The stored steps a minibatch of the update decodes: a --step-fraction of the T = ``steps``."""
-    return max(1, math.ceil(args.step_fraction * steps))
-
-
 def training_memory(args, actions: int, steps: int, chunk: int) -> float:
     """Bytes a run needs, estimated: the rollout over T = ``steps`` (``rollout_memory``), which the
-    update keeps, plus the update of ``chunk`` instances at once over the steps it decodes
-    (``update_memory``)."""
-    decoded = decoded_steps(args, steps)
-    return rollout_memory(args, actions, steps) + update_memory(chunk, args.n_traj, actions, decoded)
+    update keeps, plus the update of ``chunk`` instances at once over those steps (``update_memory``)."""
+    return rollout_memory(args, actions, steps) + update_memory(chunk, args.n_traj, actions, steps)
 
 
 def check_processes(args, ckpt: dict | None, world_size: int) -> None:
     """Exits with one line when the run cannot run in ``world_size`` processes: a resumed one in other
-    than as many as wrote it, or the re-encoding baseline data-parallel."""
+    than as many as wrote it."""
     if ckpt and len(ckpt["rank_rng"]) != world_size:
         sys.exit(f"error: --resume: the checkpoint was written by {len(ckpt['rank_rng'])} processes, not {world_size}")
-    if world_size > 1 and not args.encoder_cache:
-        sys.exit("error: --no-encoder-cache is a single-process benchmark baseline; it cannot run data-parallel")
 
 
 def run_memory(args, sizes, device: torch.device) -> tuple[float, int]:
     """The bytes the run needs (``training_memory``) and the instances its update decodes at once
     (``chunk_rows``). ``sizes``: the env's ``EnvSizes``."""
     steps = args.num_steps or sizes.max_episode_steps
-    chunk = chunk_rows(args, sizes.actions, decoded_steps(args, steps), device)
+    chunk = chunk_rows(args, sizes.actions, steps, device)
     return training_memory(args, sizes.actions, steps, chunk), chunk
 
 
@@ -196,10 +185,9 @@ def minibatch_state(static: dict, steps: dict, index: torch.Tensor) -> dict:
     }
 
 
-def training_state(run: Run, agent: Agent, optimizer, envs, args, scales: VariantScales | None = None) -> dict:
-    """What a checkpoint holds beside the run's state: the model, the optimizer, the settings,
-    every process's RNG states (gathered from all of them: call it on every process) and, with
-    --norm-rewards variant, the variants' running scales."""
+def training_state(run: Run, agent: Agent, optimizer, envs, args) -> dict:
+    """What a checkpoint holds beside the run's state: the model, the optimizer, the settings and
+    every process's RNG states (gathered from all of them: call it on every process)."""
     rng = {"torch": torch.get_rng_state(), "env": envs.unwrapped.rng.bit_generator.state}
     if run.device is not None and run.device.type == "cuda":
         rng["cuda"] = torch.cuda.get_rng_state(run.device)
@@ -211,7 +199,7 @@ def training_state(run: Run, agent: Agent, optimizer, envs, args, scales: Varian
         "optimizer": optimizer.state_dict(),
         "args": asdict(args),
         "rank_rng": gather(rng, run.world_size),
-    } | ({"variant_scales": scales.state} if scales is not None else {})
+    }
 
 
 def restore(ckpt: dict, agent: Agent, optimizer, envs, rank: int, device: torch.device) -> None:
@@ -300,36 +288,6 @@ def shared_advantages(returns: torch.Tensor, copies: int) -> torch.Tensor:
     return (grouped - grouped.mean((0, 2), keepdim=True)).view(num_envs, n_traj)
 
 
-class VariantScales:
-    """--norm-rewards variant: each VRP variant's shared-baseline advantages divided by a running RMS of
-    that variant's advantages (an exponential average, ``decay`` per rollout the variant appears in),
-    so that variants whose costs spread widely do not outweigh the others in a mixed batch. ``state``
-    (variant name -> mean square) is saved in checkpoints (rank 0's) and restored on resume."""
-
-    def __init__(self, state: dict | None = None, decay: float = 0.99):
-        self.state, self.decay = dict(state or {}), decay
-
-    def __call__(self, advantages: torch.Tensor, names: list[str]) -> torch.Tensor:
-        """advantages [M, N], ``names`` the variant of each of the M instances -> scaled advantages [M, N]."""
-        out = advantages.clone()
-        for name in sorted(set(names)):
-            rows = torch.tensor([m for m, given in enumerate(names) if given == name], device=advantages.device)
-            square = advantages[rows].pow(2).mean().item()
-            old = self.state.get(name)
-            self.state[name] = square if old is None else self.decay * old + (1 - self.decay) * square
-            out[rows] = advantages[rows] / (math.sqrt(self.state[name]) + 1e-8)
-        return out
-
-
-def step_subset(steps: dict, batch: dict, count: int) -> tuple[dict, dict]:
-    """``count`` of the T stored steps drawn uniformly without replacement (in order), of the rollout's
-    ``steps`` and ``batch`` [T, ...] (--step-fraction): the loss over them is an unbiased estimate."""
-    first = next(iter(batch.values()))
-    at = torch.randperm(first.shape[0])[:count].sort().values.to(first.device)
-    return ({key: value.index_select(0, at) for key, value in steps.items()},
-            {key: value.index_select(0, at) for key, value in batch.items()})  # fmt: skip
-
-
 def first_nodes(start_actions: torch.Tensor, num_envs: int, n_traj: int) -> torch.Tensor:
     """Distinct first actions [M, N] for a multi-start rollout from the S ``start_actions`` [S]:
     all of them in order when N = S, else a uniformly random subset per instance (every start is
@@ -347,15 +305,13 @@ class Rollout:
     had one allowed action are not stored). ``static``: the encoder's inputs [M, ...]; ``steps``: the
     dynamic states [T, M, N, ...]; ``batch``: ``actions``, ``logprobs``, ``alive`` (the step counts in
     the loss) [T, M, N], with --multi-start ``weights``, with the critic ``values``, ``rewards``,
-    ``dones`` [T, M, N] and ``next_value`` [M, N]; ``norms``: the batch-norm statistics the rollout's
-    encoding used (--replay-batch-norm); ``groups``: the update's minibatches of instance indices
+    ``dones`` [T, M, N] and ``next_value`` [M, N]; ``groups``: the update's minibatches of instance indices
     (--norm-groups: the rollout encoded each alone; else None, each epoch draws its own);
     ``env_steps``: steps the env took (stored or not)."""
 
     static: dict
     steps: dict
     batch: dict
-    norms: list
     groups: list | None
     env_steps: int
 
