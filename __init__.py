@@ -2,17 +2,17 @@
 agents that write solver programs (the import package ``ppoor``; a checkout is installed with
 ``pip install -e .``, which maps the package to the checkout's folder).
 
-The public Python API (``search.solver``): ``ppoor.solve(data, checkpoint=..., decode=...)`` and
-``ppoor.Model(checkpoint)`` for repeated calls. They are imported on first use, so that
+The public Python API (``search.solver``): ``ppoor.solve(data, ppoor.Decoding(...), checkpoint=...)``
+and ``ppoor.Model(checkpoint)`` for repeated calls. They are imported on first use, so that
 ``import ppoor.envs`` stays light.
 """
 
-__all__ = ["Model", "Solutions", "solve"]
+__all__ = ["Decoding", "Model", "Solutions", "solve"]
 
 
 def __getattr__(name: str):
     if name in __all__:
-        from ppoor.search import solver
+        from ppoor.search import decoding, solver
 
-        return getattr(solver, name)
+        return getattr(decoding if name == "Decoding" else solver, name)
     raise AttributeError(f"module 'ppoor' has no attribute {name!r}")

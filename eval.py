@@ -31,7 +31,7 @@ from ppoor.data.solution_files import write_solution
 from ppoor.envs import ENV_VARIANTS, VECTOR_ENVS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import CheckpointError, compiler_problem
-from ppoor.search.decoding import BEAM, DECODES, SAMPLED
+from ppoor.search.decoding import BEAM, DECODES, SAMPLED, Decoding
 from ppoor.search.polish import MAX_POLISH, POLISHED, polish
 from ppoor.search.solver import Model, variants_of
 from ppoor.solvers.references import pyvrp
@@ -117,8 +117,6 @@ class Args:
     distance_prior: float | None = None
     """beta of the decoder's prior toward near nodes (models.attention_model.distance_bias; 0 turns it off);
     None: the model's own"""
-    reencode: bool = False
-    """re-run the encoder at every step (the original RLOR evaluation; for comparison only)"""
     compile: bool = False
     """torch.compile the decode step (inductor; needs a C++ compiler): the same solutions; each new batch shape
     compiles first (seconds); on the CPU some decodes ran up to 60% faster, others up to 20% slower"""
@@ -227,6 +225,97 @@ def print_classes(names: list, gaps: np.ndarray) -> None:
         )
 
 
+def decoding_of(args: Args) -> Decoding:
+    """The decoding the flags describe."""
+    return Decoding(
+        args.decode, augment=args.augment, num_starts=args.num_starts, num_samples=args.num_samples,
+        beam_width=args.beam_width, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        batch_size=args.batch_size, distance_prior=args.distance_prior,
+    )  # fmt: skip
+
+
+def load_model(args: Args) -> tuple[Model, bool]:
+    """The model to decode with (the shipped one for the files' kind where --checkpoint is left out) and
+    whether its solutions are polished (--polish, where the polish's solver is installed)."""
+    checkpoint = args.checkpoint or file_model(args.data)
+    device = "cuda" if torch.cuda.is_available() and args.cuda else "cpu"
+    model = Model(checkpoint, problem=args.problem, device=device, compile=args.compile)
+    if os.path.isdir(checkpoint):
+        print(f"using {model.path} (the latest checkpoint of {checkpoint})", flush=True)
+    if args.polish == "all" and model.problem not in POLISHED:
+        raise ValueError(
+            f"--polish all: the polish takes {', '.join(p.upper() for p in POLISHED)} solutions; this is a "
+            f"{model.problem.upper()} model"
+        )
+    polishing = args.polish == "all" or (args.polish == "files" and files(args.data) and model.problem in POLISHED)
+    if polishing and model.problem != "tsp":
+        try:
+            pyvrp()  # the local search's solver, before any decoding (an ImportError that says how to install it)
+        except ImportError as exc:
+            if args.polish == "all":
+                raise
+            print(f"not polished: {exc} (--polish none silences this)")
+            polishing = False
+    return model, polishing
+
+
+def print_table(args: Args, model: Model, rows: list) -> None:
+    """The results' table: one line per (label, ``Solutions``) of ``rows`` (decoded, then polished), then
+    each named instance of files with its reference and gap, and the Solomon classes' mean gaps."""
+    solutions, problem, variant = rows[0][1], model.problem, args.variant or model.variant
+    if (solutions.reference_source or "").startswith(SHIPPED):
+        print(f"references: {solutions.reference_source} (shipped)")
+    what = {"mtvrp": "VRP"}.get(problem, problem.upper())
+    if variant in variants_of(problem) and args.data in STANDARD_SETS:
+        what += f", variant {variant}"
+    print(f"checkpoint {model.path} ({what}), data {args.data}")
+    print(
+        f"{'instances':>10} {'decode':>28} {COST_NAMES.get(problem, 'mean length'):>12} {'mean gap':>9} {'time':>9} {'per inst.':>10}"
+    )
+    for label, row in rows:
+        gap_text = f"{row.mean_gap:8.3f}%" if row.mean_gap is not None else f"{'-':>9}"
+        print(
+            f"{len(row.lengths):>10} {label:>28} {row.lengths.mean():>12.4f} {gap_text} {row.seconds:>8.2f}s "
+            f"{1000 * row.seconds / len(row.lengths):>8.2f}ms"
+        )
+    known = np.isfinite(solutions.gaps)
+    if known.any() and not known.all():
+        print(f"(gap over the {known.sum()} instances with a reference)")
+    groups = solutions.groups
+    if len(groups) > 1 or groups[0].points is not None:
+        for name, length, ref, gap in zip(solutions.names, solutions.lengths, solutions.references, solutions.gaps,
+                                          strict=True):  # fmt: skip
+            print(f"  {name:<16} {length:>12.2f}" + (f" {ref:>12.2f} {gap:7.2f}%" if np.isfinite(ref) else ""))
+        print_classes(solutions.names, solutions.gaps)
+
+
+def results_json(args: Args, model: Model, solutions, polished) -> dict:
+    """What --output writes: the settings, every length, gap, reference and tour, and the polished ones."""
+    lengths, gaps = solutions.lengths, solutions.gaps
+    out = {
+        "checkpoint": str(model.path),
+        "data": args.data,
+        "problem": model.problem,
+        "decode": args.decode,
+        "augment": args.augment,
+        **({"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p} if args.decode in SAMPLED else {}),
+        **({"beam_width": args.beam_width} if args.decode in BEAM else {}),
+        "num_instances": len(lengths),
+        "mean_length": float(lengths.mean()),
+        "lengths": lengths.tolist(),
+        "names": solutions.names,
+        "seconds": solutions.seconds,
+        "tours": [t.tolist() for t in solutions.tours],
+    }
+    if solutions.mean_gap is not None:
+        out.update(mean_gap=solutions.mean_gap, gaps=[float(g) if np.isfinite(g) else None for g in gaps])
+        out["references"] = [float(r) if np.isfinite(r) else None for r in solutions.references]
+    if polished is not None:
+        out["polished"] = {"lengths": polished.lengths.tolist(), "mean_gap": polished.mean_gap,
+                           "seconds": polished.seconds, "tours": [t.tolist() for t in polished.tours]}  # fmt: skip
+    return out
+
+
 def main(args: Args, given: set[str] | None = None) -> None:
     """Evaluates (``given``, the fields given on the command line, is unused: nothing resumes)."""
     check_args(args)
@@ -234,119 +323,28 @@ def main(args: Args, given: set[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     keep_freed_memory()
     try:
-        checkpoint = args.checkpoint or file_model(args.data)
-        model = Model(
-            checkpoint,
-            problem=args.problem,
-            device="cuda" if torch.cuda.is_available() and args.cuda else "cpu",
-            compile=args.compile,
-        )
-        if os.path.isdir(checkpoint):
-            print(f"using {model.path} (the latest checkpoint of {checkpoint})", flush=True)
-        if args.polish == "all" and model.problem not in POLISHED:
-            raise ValueError(
-                f"--polish all: the polish takes {', '.join(p.upper() for p in POLISHED)} solutions; this is a "
-                f"{model.problem.upper()} model"
-            )
-        polishing = args.polish == "all" or (args.polish == "files" and files(args.data) and model.problem in POLISHED)
-        if polishing and model.problem != "tsp":
-            try:
-                pyvrp()  # the local search's solver, before any decoding (an ImportError that says how to install it)
-            except ImportError as exc:
-                if args.polish == "all":
-                    raise
-                print(f"not polished: {exc} (--polish none silences this)")
-                polishing = False
+        decoding = decoding_of(args)
+        model, polishing = load_model(args)
         total = args.num_instances if args.data in STANDARD_SETS and args.num_instances else None
         with tqdm(total=total, desc=f"{args.decode} x{args.augment}", unit="inst", disable=None) as progress:
             solutions = model.solve(
-                args.data,
-                decode=args.decode,
-                augment=args.augment,
-                num_starts=args.num_starts,
-                num_samples=args.num_samples,
-                batch_size=args.batch_size,
-                seed=args.seed,
-                num_instances=args.num_instances,
-                num_nodes=args.num_nodes,
-                variant=args.variant,
-                references=args.references,
-                reference_solver=args.reference_solver,
-                solver_seconds=args.solver_seconds,
-                reencode=args.reencode,
-                progress=progress.update,
-                temperature=args.temperature,
-                top_k=args.top_k,
-                top_p=args.top_p,
-                beam_width=args.beam_width,
-                distance_prior=args.distance_prior,
-            )
+                args.data, decoding, num_instances=args.num_instances, num_nodes=args.num_nodes, variant=args.variant,
+                references=args.references, reference_solver=args.reference_solver,
+                solver_seconds=args.solver_seconds, progress=progress.update,
+            )  # fmt: skip
     except (CheckpointError, DataError, ValueError, ImportError) as exc:
         sys.exit(f"error: {exc}")
-    if (solutions.reference_source or "").startswith(SHIPPED):
-        print(f"references: {solutions.reference_source} (shipped)")
-    problem, checkpoint, groups = model.problem, model.path, solutions.groups
-    names, lengths, references, gaps = solutions.names, solutions.lengths, solutions.references, solutions.gaps
-    seconds, mean_gap, known = solutions.seconds, solutions.mean_gap, np.isfinite(solutions.gaps)
-    variant = args.variant or model.variant
-
-    controls = [f"T={args.temperature:g}"] if args.temperature != 1.0 else []
-    controls += [f"k={args.top_k}"] if args.top_k is not None else []
-    controls += [f"p={args.top_p:g}"] if args.top_p is not None else []
-    sampled = args.decode in SAMPLED
-    decoding = args.decode + (f" {','.join(controls)}" if sampled and controls else "")
-    decoding += f" W={args.beam_width}" if args.decode in BEAM else ""
-    decoding += f" x{args.augment} aug" if args.augment > 1 else ""
-    what = {"mtvrp": "VRP"}.get(problem, problem.upper())
-    if variant in variants_of(problem) and args.data in STANDARD_SETS:
-        what += f", variant {variant}"
-    print(f"checkpoint {checkpoint} ({what}), data {args.data}")
-    print(
-        f"{'instances':>10} {'decode':>28} {COST_NAMES.get(problem, 'mean length'):>12} {'mean gap':>9} {'time':>9} {'per inst.':>10}"
-    )
-    rows = [(decoding, solutions)]
+    label = decoding.label()
+    rows, polished = [(label, solutions)], None
     if polishing:
         polished = polish(solutions, args.polish_seconds, args.seed)
-        rows.append((decoding + polished.decode.removeprefix(solutions.decode), polished))
-    for label, row in rows:
-        gap_text = f"{row.mean_gap:8.3f}%" if row.mean_gap is not None else f"{'-':>9}"
-        print(
-            f"{len(row.lengths):>10} {label:>28} {row.lengths.mean():>12.4f} {gap_text} {row.seconds:>8.2f}s "
-            f"{1000 * row.seconds / len(row.lengths):>8.2f}ms"
-        )
-    if known.any() and not known.all():
-        print(f"(gap over the {known.sum()} instances with a reference)")
-    if len(groups) > 1 or groups[0].points is not None:
-        for name, length, ref, gap in zip(names, lengths, references, gaps, strict=True):
-            print(f"  {name:<16} {length:>12.2f}" + (f" {ref:>12.2f} {gap:7.2f}%" if np.isfinite(ref) else ""))
-        print_classes(names, gaps)
-
+        rows.append((label + polished.decode.removeprefix(solutions.decode), polished))
+    print_table(args, model, rows)
     if args.output:
-        out = {
-            "checkpoint": str(checkpoint),
-            "data": args.data,
-            "problem": problem,
-            "decode": args.decode,
-            "augment": args.augment,
-            **({"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p} if sampled else {}),
-            **({"beam_width": args.beam_width} if args.decode in BEAM else {}),
-            "num_instances": len(lengths),
-            "mean_length": float(lengths.mean()),
-            "lengths": lengths.tolist(),
-            "names": names,
-            "seconds": seconds,
-            "tours": [t.tolist() for t in solutions.tours],
-        }
-        if mean_gap is not None:
-            out.update(mean_gap=mean_gap, gaps=[float(g) if np.isfinite(g) else None for g in gaps])
-            out["references"] = [float(r) if np.isfinite(r) else None for r in references]
-        if polishing:
-            out["polished"] = {"lengths": polished.lengths.tolist(), "mean_gap": polished.mean_gap,
-                               "seconds": polished.seconds, "tours": [t.tolist() for t in polished.tours]}  # fmt: skip
-        write_json(args.output, out, indent=None)
+        write_json(args.output, results_json(args, model, solutions, polished), indent=None)
         print(f"wrote {args.output}")
     if args.plot:
-        plot_routes(args.plot, solutions, args.plot_instances, f"{checkpoint.name}, {decoding}")
+        plot_routes(args.plot, solutions, args.plot_instances, f"{model.path.name}, {label}")
         print(f"wrote {args.plot}")
     if args.output_solutions:
         written = [write_solution(args.output_solutions, *item) for item in solutions.items()]

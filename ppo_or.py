@@ -140,8 +140,6 @@ class Args:
     """instances of the validation set (seed 4321; drawn from --distribution where it is not uniform) the periodic evaluation decodes"""
     eval_nodes: int | None = None
     """size of the validation instances (and the model's default test size); None: --num-nodes"""
-    eval_batch_size: int = 250
-    """instances decoded at once by the periodic evaluation"""
     resume: str | None = None
     """path of a checkpoint (or run folder) to continue; its settings are used"""
     init_from: str | None = None
@@ -380,7 +378,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         lr = optimizer.param_groups[0]["lr"]
         line = routing.log_iteration(run, args, data, episode, stats, lr, (rollout_time, update_time))
         if run.is_main and args.eval_interval and run.iteration % args.eval_interval == 0:
-            scalars = run.log_all(routing.evaluate(agent, val_data, args.eval_batch_size, val_references))
+            scalars = run.log_all(routing.evaluate(agent, val_data, val_references))
             line += "".join(f" {tag}={value:.4f}" for tag, value in scalars.items())
         if run.is_main:
             print(line + run.progress(), flush=True)
@@ -390,7 +388,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     if run.stop.requested:
         run.stopped(run.save(routing.training_state(run, agent, optimizer, envs, args)))
     if run.is_main and args.eval_interval:
-        results = run.log_all(routing.evaluate(agent, val_data, args.eval_batch_size, val_references))
+        results = run.log_all(routing.evaluate(agent, val_data, val_references))
         print("final evaluation: " + " ".join(f"{tag}={value:.4f}" for tag, value in results.items()), flush=True)
     path = run.save(routing.training_state(run, agent, optimizer, envs, args))
     if world_size > 1:

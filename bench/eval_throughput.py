@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from ppoor.envs import kool_dataset  # noqa: E402
 from ppoor.models import Agent, compile_step, compiler_problem  # noqa: E402
-from ppoor.search import decode  # noqa: E402
+from ppoor.search import Decoding, decode  # noqa: E402
 from ppoor.training.runtime import keep_freed_memory  # noqa: E402
 
 SETTINGS = [("greedy", 1), ("multi-greedy", 1), ("greedy", 8), ("multi-greedy", 8), ("beam", 1)]
@@ -40,13 +40,13 @@ def rate(agent, data, mode, copies, batch_size, reencode, repeats, width=4):
     """Instances/s of ``decode``: the median of ``repeats`` timed runs after a warm-up on 2 instances
     and on one batch (two shapes: a compiled step then holds a graph for any batch size; ``width``:
     the beam's)."""
-    options = {"augment_copies": copies, "reencode": reencode, "beam_width": width}
-    decode(agent, {k: v[:2] for k, v in data.items()}, mode, **options)
-    decode(agent, {k: v[:batch_size] for k, v in data.items()}, mode, batch_size=batch_size, **options)
+    decoding = Decoding(mode, augment=copies, beam_width=width, batch_size=batch_size)
+    decode(agent, {k: v[:2] for k, v in data.items()}, decoding, reencode=reencode)
+    decode(agent, {k: v[:batch_size] for k, v in data.items()}, decoding, reencode=reencode)
     rates = []
     for _ in range(repeats):
         start = time.perf_counter()
-        decode(agent, data, mode, batch_size=batch_size, **options)
+        decode(agent, data, decoding, reencode=reencode)
         rates.append(len(data["coords"]) / (time.perf_counter() - start))
     return float(np.median(rates))
 

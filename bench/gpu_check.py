@@ -36,7 +36,7 @@ from inprocess import iteration_rows, trainer_run  # noqa: E402
 from ppoor import ppo_or  # noqa: E402
 from ppoor.envs import TSPVectorEnv, kool_dataset  # noqa: E402
 from ppoor.models import Agent, StateWrapper, load_agent  # noqa: E402
-from ppoor.search import decode  # noqa: E402
+from ppoor.search import Decoding, decode  # noqa: E402
 from ppoor.training import routing  # noqa: E402
 
 RLOR_TSP50 = ROOT.parent / "shared" / "checkpoints" / "rlor" / "tsp50-v0-12000.pt"
@@ -160,10 +160,10 @@ def main():
     data = kool_dataset("tsp", n, "test", count)
     rates = []
     for mode, copies in DECODES:
-        decode(agent, {k: v[:2] for k, v in data.items()}, mode, augment_copies=copies)  # warm-up
+        decode(agent, {k: v[:2] for k, v in data.items()}, Decoding(mode, augment=copies))  # warm-up
         synchronize(device)
         start = time.perf_counter()
-        result = decode(agent, data, mode, augment_copies=copies, batch_size=count)
+        result = decode(agent, data, Decoding(mode, augment=copies, batch_size=count))
         synchronize(device)
         label = mode + (f" x{copies}" if copies > 1 else "")
         rates.append(f"{label} {count / (time.perf_counter() - start):,.0f}/s (mean {result.lengths.mean():.4f})")

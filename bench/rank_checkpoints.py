@@ -20,6 +20,7 @@ from ppoor.envs import KOOL_SEEDS
 from ppoor.envs.distributions import DISTRIBUTIONS, draw
 from ppoor.models import CheckpointError
 from ppoor.models.attention_model import check_prior
+from ppoor.search import Decoding
 from ppoor.search.solver import Model
 
 
@@ -67,7 +68,7 @@ def main() -> None:
     baseline = None
     for name, model in models:
         for prior in args.distance_priors or [None]:
-            means = [float(np.mean(model.solve(data, decode="multi-greedy", distance_prior=prior, batch_size=args.batch_size).lengths)) for data in sets]
+            means = [float(np.mean(model.solve(data, Decoding("multi-greedy", distance_prior=prior, batch_size=args.batch_size)).lengths)) for data in sets]
             mean = float(np.mean(means))
             baseline = baseline or mean
             shown = model.agent.distance_prior if prior is None else prior

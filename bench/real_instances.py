@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from ppoor.data.datasets import DataError
+from ppoor.search import Decoding
 from ppoor.search.polish import polish
 from ppoor.search.solver import Model, Solutions
 from ppoor.solvers.references import integer_distances, lkh_tour, pyvrp_tour, pyvrp_vrp_tour
@@ -63,7 +64,7 @@ def published_rows(bench: str, names: list, references: np.ndarray) -> list[tupl
 def model_rows(name: str, data: str, references: str, polish_seconds: float, limit: int | None) -> list:
     """(label, solutions) for one model: its decoded and its polished row (whose seconds count both)."""
     model = Model(name)
-    decoded = model.solve(data, decode="multi-greedy", augment=8, references=references, num_instances=limit)
+    decoded = model.solve(data, Decoding("multi-greedy", augment=8), references=references, num_instances=limit)
     return [
         (f"{name} multi-greedy x8", decoded),
         (f"{name} + polish {polish_seconds:g} s/200", polish(decoded, polish_seconds)),

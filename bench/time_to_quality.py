@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from ppoor.data.datasets import load_data  # noqa: E402
 from ppoor.envs import ENV_IDS, ENV_VARIANTS  # noqa: E402
 from ppoor.models import load_agent, read_checkpoint  # noqa: E402
-from ppoor.search import decode  # noqa: E402
+from ppoor.search import Decoding, decode  # noqa: E402
 from ppoor.solvers.references import solve_reference  # noqa: E402
 
 PRESETS = ("ppo-or", "rlor")
@@ -100,7 +100,7 @@ def evaluate_run(run: Path, marks: list[float], data, references) -> list[dict]:
         agent, _ = load_agent(path)
         row = {"run": run.name, "mark": mark, "minutes": seconds / 60, "iteration": iteration}
         for decoding in ("greedy", "multi-greedy"):
-            lengths = decode(agent, data.instances, decoding, batch_size=250).lengths
+            lengths = decode(agent, data.instances, Decoding(decoding, batch_size=250)).lengths
             row[f"{decoding}_length"] = float(lengths.mean())
             row[f"{decoding}_gap"] = float(100 * (lengths / references - 1).mean())
         rows.append(row)

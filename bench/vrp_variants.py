@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from ppoor.data.datasets import load_data  # noqa: E402
 from ppoor.envs.vrp import VARIANTS  # noqa: E402
 from ppoor.models import CheckpointError, load_agent  # noqa: E402
-from ppoor.search import decode  # noqa: E402
+from ppoor.search import Decoding, decode  # noqa: E402
 from ppoor.solvers.references import solve_reference, variant_references  # noqa: E402
 
 
@@ -78,7 +78,7 @@ def main():
             row = {"variant": variant, "pyvrp": float(reference.mean()), "lengths": {}}
             for name, agent in agents.items():
                 for decoding, copies in (("greedy", 1), ("multi-greedy", args.augment)):
-                    result = decode(agent, data.instances, decoding, augment_copies=copies, batch_size=args.batch_size)
+                    result = decode(agent, data.instances, Decoding(decoding, augment=copies, batch_size=args.batch_size))
                     column = f"{name} {decoding}" + (f" x{copies}" if copies > 1 else "")
                     row[column] = float(100 * (result.lengths / reference - 1).mean())
                     row["lengths"][column] = float(result.lengths.mean())

@@ -32,7 +32,7 @@ import torch  # noqa: E402
 from ppoor.checkers.tours import InvalidTourError, tour_length, validate_tour  # noqa: E402
 from ppoor.data.datasets import load_data  # noqa: E402
 from ppoor.models import load_agent, read_checkpoint  # noqa: E402
-from ppoor.search import decode  # noqa: E402
+from ppoor.search import Decoding, decode  # noqa: E402
 from ppoor.solvers.references import shipped_references  # noqa: E402
 from rl4co_peer import (  # noqa: E402
     latest_run,
@@ -98,7 +98,7 @@ def evaluate(args: argparse.Namespace, problem: str, marks: list[float]) -> list
             row = {"trainer": name, "mark": mark, "minutes": model_seconds / 60, "reference mean length": float(references.mean())}
             for label, mode, copies in SETTINGS:
                 if name == "ppo-or":
-                    tours = decode(agent, data.instances, mode, augment_copies=copies, batch_size=100).tours
+                    tours = decode(agent, data.instances, Decoding(mode, augment=copies, batch_size=100)).tours
                 else:
                     multi = mode == "multi-greedy"
                     tours = rl4co_decode(policy, env, data.instances, multi, copies, problem=problem)

@@ -35,7 +35,7 @@ from ppoor.checkers.tours import vrp_cost  # noqa: E402
 from ppoor.data.datasets import VRP_SHIPPED_SECONDS, load_data  # noqa: E402
 from ppoor.envs.vrp import CLASSIC  # noqa: E402
 from ppoor.models import load_agent, read_checkpoint  # noqa: E402
-from ppoor.search import decode  # noqa: E402
+from ppoor.search import Decoding, decode  # noqa: E402
 from ppoor.solvers.references import variant_references  # noqa: E402
 from rl4co_peer import (  # noqa: E402
     latest_run,
@@ -117,7 +117,7 @@ def evaluate(args: argparse.Namespace, marks: list[float]) -> list[dict]:
                 for variant, (data, references) in sets.items():
                     if name == "ppo-or":
                         mode = "multi-greedy" if multi else "greedy"
-                        tours = decode(agent, data.instances, mode, augment_copies=copies, batch_size=100).tours
+                        tours = decode(agent, data.instances, Decoding(mode, augment=copies, batch_size=100)).tours
                     else:
                         tours = rl4co_decode(policy, env, data.instances, multi, copies, problem="mtvrp")
                     per_variant[variant], bad = gaps(tours, data, references)

@@ -50,8 +50,11 @@ def contract(problem: dict) -> str:
     """The problem's ``solve`` signature with the keys of its instance stated in the docstring, so
     that a program reads the data it is given instead of guessing key names."""
     keys = "; ".join(f"instance[{k!r}]: {shape_of(v)}" for k, v in problem["instance"].items())
+    line = f"The instance has exactly these keys: {keys}."
+    if problem["signature"].count('"""') < 2:  # no docstring to hold it
+        return f"{problem['signature']}\n# {line}".lstrip()
     head, close = problem["signature"].rsplit('"""', 1)
-    return f'{head.rstrip()}\n\n    The instance has exactly these keys: {keys}.\n    """{close}'
+    return f'{head.rstrip()}\n\n    {line}\n    """{close}'
 
 
 def reward(valid: bool, ran: bool, gap: float | None) -> float:

@@ -3,11 +3,21 @@ sampling with temperature / top-k / top-p, multi-sampling, x8 augmentation), sha
 the Python API (``solver``) and ppo_or.py's periodic evaluation."""
 
 from ppoor.checkers.tours import InvalidTourError, tour_length, validate_tour
-from ppoor.search.decoding import DECODES, DecodeResult, allowed_starts, augment, decode, forced_actions, rollout
+from ppoor.search.decoding import (
+    DECODES,
+    DecodeResult,
+    Decoding,
+    allowed_starts,
+    augment,
+    decode,
+    forced_actions,
+    rollout,
+)
 
 __all__ = [
     "DECODES",
     "DecodeResult",
+    "Decoding",
     "InvalidTourError",
     "allowed_starts",
     "augment",

@@ -22,7 +22,9 @@ instance is kept. Every rollout runs until every trajectory has finished.
 
 from __future__ import annotations
 
+import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +32,7 @@ import torch
 from ppoor.checkers.tours import COSTS, InvalidTourError, tour_length, validate_tour
 from ppoor.envs import VECTOR_ENVS, instance_kwargs, start_count
 from ppoor.models.agent import Agent, sample
+from ppoor.models.attention_model import check_prior
 from ppoor.models.state import StateWrapper
 
 DECODES = ("greedy", "multi-greedy", "sampling", "multi-sampling", "beam", "multi-beam")
@@ -44,6 +47,73 @@ def trajectories(decode: str, num_starts: int, num_samples: int, beam_width: int
     (multi-beam)."""
     count = num_starts if decode in MULTI_START else num_samples if decode in SAMPLED else 1
     return count * beam_width if decode in BEAM else count
+
+
+def whole(value, low: int) -> bool:
+    """Whether ``value`` is a whole number (not a bool) of at least ``low``."""
+    return not isinstance(value, bool) and isinstance(value, int | np.integer) and value >= low
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How a trained policy decodes (the strategies of the module's docstring), passed whole to
+    ``decode`` and ``Model.solve``; ``Decoding("multi-greedy", augment=8)``.
+
+    ``strategy``: one of ``DECODES``; ``augment``: 1 or 8 symmetries of the unit square (the best kept);
+    ``num_starts``: the start nodes of the multi- strategies (None: every one); ``num_samples``: sampling's
+    trajectories per instance; ``beam_width``: the partial solutions a beam keeps; ``temperature``,
+    ``top_k``, ``top_p``: the sampled steps' shaping (``filter_logits``); ``seed``: the sampling's seed;
+    ``batch_size``: the most instances decoded at once; ``distance_prior``: beta of the decoder's prior
+    toward near nodes for this decoding (None: the model's own)."""
+
+    strategy: str = "greedy"
+    augment: int = 1
+    num_starts: int | None = None
+    num_samples: int = 16
+    beam_width: int = 4
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+    batch_size: int = 256
+    distance_prior: float | None = None
+
+    def __post_init__(self):
+        """Refuses a setting that cannot decode, in one line naming it (ValueError)."""
+        checks = (
+            (self.strategy in DECODES, f"decode must be one of {', '.join(DECODES)}, got {self.strategy!r}"),
+            (self.augment in (1, SYMMETRIES) and not isinstance(self.augment, bool),
+             f"--augment must be 1 or 8 (all the symmetries of the square), got {self.augment!r}"),
+            (self.num_starts is None or whole(self.num_starts, 1),
+             f"num_starts must be a whole number of at least 1, got {self.num_starts!r}"),
+            (whole(self.num_samples, 1), f"num_samples must be a whole number of at least 1, got {self.num_samples!r}"),
+            (whole(self.beam_width, 1), f"beam_width must be a whole number of at least 1, got {self.beam_width!r}"),
+            (finite(self.temperature) and 1e-3 <= self.temperature <= 100,
+             f"temperature must be in 0.001..100, got {self.temperature!r}"),
+            (self.top_k is None or whole(self.top_k, 1), f"top_k must be a whole number of at least 1, got {self.top_k!r}"),
+            (self.top_p is None or (finite(self.top_p) and 0 < self.top_p <= 1), f"top_p must be in (0, 1], got {self.top_p!r}"),
+            (whole(self.seed, 0), f"seed must be a whole number of at least 0, got {self.seed!r}"),
+            (whole(self.batch_size, 1), f"batch_size must be a whole number of at least 1, got {self.batch_size!r}"),
+        )  # fmt: skip
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        if self.distance_prior is not None:
+            check_prior(self.distance_prior)
+
+    def label(self) -> str:
+        """How a table names it: ``multi-sampling T=0.5,k=3 x8 aug``, ``beam W=4``."""
+        controls = [f"T={self.temperature:g}"] if self.temperature != 1.0 else []
+        controls += [f"k={self.top_k}"] if self.top_k is not None else []
+        controls += [f"p={self.top_p:g}"] if self.top_p is not None else []
+        text = self.strategy + (f" {','.join(controls)}" if self.strategy in SAMPLED and controls else "")
+        text += f" W={self.beam_width}" if self.strategy in BEAM else ""
+        return text + (f" x{self.augment} aug" if self.augment > 1 else "")
+
+
+def finite(value) -> bool:
+    """Whether ``value`` is a finite real number (not a bool)."""
+    return not isinstance(value, bool) and isinstance(value, int | float | np.number) and math.isfinite(value)
 
 
 SYMMETRIES = 8
@@ -258,81 +328,74 @@ def beam_rollout(
 
 
 def decode(
-    agent: Agent,
-    instances: dict,
-    decode: str = "greedy",
-    num_starts: int | None = None,
-    num_samples: int = 16,
-    augment_copies: int = 1,
-    batch_size: int = 1000,
-    seed: int = 0,
-    reencode: bool = False,
-    progress=None,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    beam_width: int = 4,
+    agent: Agent, instances: dict, decoding: Decoding | str = "greedy", progress=None, reencode: bool = False
 ) -> DecodeResult:
-    """Decodes every instance (static arrays [B, ...], unit square) and keeps its best solution.
+    """Decodes every instance (static arrays [B, ...], unit square) as ``decoding`` says (a ``Decoding``,
+    or a strategy's name with the defaults) and keeps its best solution.
 
-    ``num_starts`` (multi-greedy, multi-sampling and multi-beam; default: every start node),
-    ``num_samples`` (sampling) and ``beam_width`` (beam, multi-beam) set the trajectories per instance; ``temperature``, ``top_k``, ``top_p`` shape the
-    sampled steps (``filter_logits``); ``augment_copies`` the symmetries (1 or up to 8). ``batch_size`` is
-    the most instances rolled out at once; on a CPU the rollouts are also capped at CPU_MAX_ROWS
-    instances x copies and CPU_MAX_QUERIES trajectories, which keeps them in cache (1.1-1.4x faster
-    than one large rollout). Each best tour is validated and its length recomputed independently of
-    the environment. ``progress`` is called
-    with the number of instances done after each batch.
+    On a CPU the rollouts are also capped at CPU_MAX_ROWS instances x copies and CPU_MAX_QUERIES
+    trajectories, which keeps them in cache (1.1-1.4x faster than one large rollout). Each best tour is
+    validated and its length recomputed independently of the environment. ``progress`` is called with
+    the number of instances done after each batch. ``reencode`` re-runs the encoder at every step (the
+    uncached baseline of ``bench/``; the same solutions).
     """
+    decoding = Decoding(decoding) if isinstance(decoding, str) else decoding
     problem = agent.problem
     num_instances, num_nodes = instances["coords"].shape[:2]
     starts = start_count(problem, num_nodes, **instance_kwargs(problem, instances))  # distinct first actions
-    if decode not in DECODES:
-        raise ValueError(f"decode must be one of {DECODES}, got {decode!r}")
-    if decode in MULTI_START:
-        num_starts = starts if num_starts is None else num_starts
+    strategy, num_starts = decoding.strategy, None
+    if strategy in MULTI_START:
+        num_starts = starts if decoding.num_starts is None else decoding.num_starts
         if not 1 <= num_starts <= starts:
             raise ValueError(
                 f"num_starts must be between 1 and {starts} (the start nodes of a {problem} instance), got {num_starts}"
             )
-    if decode == "sampling" and num_samples < 1:
-        raise ValueError(f"num_samples must be at least 1, got {num_samples}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if isinstance(beam_width, bool) or not isinstance(beam_width, int | np.integer) or beam_width < 1:
-        raise ValueError(f"beam_width must be a whole number of at least 1, got {beam_width!r}")
-    if not (np.isfinite(temperature) and 1e-3 <= temperature <= 100):
-        raise ValueError(f"temperature must be in 0.001..100, got {temperature}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int | np.integer) or top_k < 1):
-        raise ValueError(f"top_k must be a whole number of at least 1, got {top_k!r}")
-    if top_p is not None and not (np.isfinite(top_p) and 0 < top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    n_traj = trajectories(decode, num_starts, num_samples, beam_width)
-    generator = torch.Generator(device=next(agent.parameters()).device).manual_seed(seed)
+    n_traj = trajectories(strategy, num_starts, decoding.num_samples, decoding.beam_width)
     lengths, tours = np.empty(num_instances), []
     start = time.perf_counter()
+    with prior(agent, decoding.distance_prior):
+        decode_batches(agent, instances, decoding, num_starts, n_traj, tours, lengths, progress, reencode)
+    seconds = time.perf_counter() - start
+    check_solutions(problem, instances, tours, lengths)
+    return DecodeResult(lengths=lengths, tours=tours, seconds=seconds)
+
+
+@contextmanager
+def prior(agent: Agent, beta: float | None):
+    """``agent`` decodes with the distance prior ``beta`` inside the block (None: its own), its own after it."""
+    own = agent.distance_prior
+    agent.distance_prior = own if beta is None else float(beta)
+    try:
+        yield agent
+    finally:
+        agent.distance_prior = own
+
+
+def decode_batches(
+    agent: Agent, instances: dict, decoding: Decoding, num_starts: int | None, n_traj: int, tours: list,
+    lengths: np.ndarray, progress, reencode: bool,
+) -> None:  # fmt: skip
+    """``decode``'s batches: appends each instance's best tour to ``tours`` and writes its length into
+    ``lengths`` [B]."""
+    problem, strategy, copies = agent.problem, decoding.strategy, decoding.augment
+    num_instances, num_nodes = instances["coords"].shape[:2]
+    generator = torch.Generator(device=next(agent.parameters()).device).manual_seed(decoding.seed)
+    sampling = {"temperature": decoding.temperature, "top_k": decoding.top_k, "top_p": decoding.top_p}
+    batch_size = decoding.batch_size
     if next(agent.parameters()).device.type == "cpu":  # smaller rollouts run faster there (a GPU wants them large)
-        rows = CPU_MAX_ROWS // augment_copies
-        batch_size = max(1, min(batch_size, rows, CPU_MAX_QUERIES // (augment_copies * n_traj)))
+        rows = CPU_MAX_ROWS // copies
+        batch_size = max(1, min(batch_size, rows, CPU_MAX_QUERIES // (copies * n_traj)))
     for lo in range(0, num_instances, batch_size):
         batch = {key: value[lo : lo + batch_size] for key, value in instances.items()}
         size = batch["coords"].shape[0]
-        if decode in BEAM:
-            actions, traj_lengths, steps = beam_rollout(
-                agent, augment(batch, augment_copies), beam_width, num_starts if decode in MULTI_START else None
-            )
+        if strategy in BEAM:
+            actions, traj_lengths, steps = beam_rollout(agent, augment(batch, copies), decoding.beam_width, num_starts)
         else:
             actions, traj_lengths, steps = rollout(
-                agent,
-                augment(batch, augment_copies),
-                n_traj,
-                greedy=decode not in SAMPLED,
-                num_starts=num_starts if decode in MULTI_START else None,
-                reencode=reencode,
-                generator=generator,
-                sampling={"temperature": temperature, "top_k": top_k, "top_p": top_p},
-            )
-        per_instance = traj_lengths.reshape(augment_copies, size, n_traj).transpose(1, 0, 2).reshape(size, -1)
+                agent, augment(batch, copies), n_traj, greedy=strategy not in SAMPLED, num_starts=num_starts,
+                reencode=reencode, generator=generator, sampling=sampling,
+            )  # fmt: skip
+        per_instance = traj_lengths.reshape(copies, size, n_traj).transpose(1, 0, 2).reshape(size, -1)
         best = per_instance.argmin(1)
         copy, traj = np.divmod(best, n_traj)
         rows = copy * size + np.arange(size)
@@ -343,9 +406,6 @@ def decode(
         lengths[lo : lo + size] = per_instance[np.arange(size), best]
         if progress is not None:
             progress(size)
-    seconds = time.perf_counter() - start
-    check_solutions(problem, instances, tours, lengths)
-    return DecodeResult(lengths=lengths, tours=tours, seconds=seconds)
 
 
 def check_solutions(problem: str, instances: dict, tours: list, lengths: np.ndarray) -> None:

@@ -2,7 +2,7 @@
 
     import ppoor
 
-    result = ppoor.solve("test", checkpoint="tsp50", decode="multi-greedy", augment=8, num_instances=100)
+    result = ppoor.solve("test", ppoor.Decoding("multi-greedy", augment=8), checkpoint="tsp50", num_instances=100)
     print(result.mean_gap)                      # percent over the shipped LKH lengths
     model = ppoor.Model("cvrp50")               # loaded once, for repeated calls
     result = model.solve({"depot": depot, "coords": coords, "demand": demand, "capacity": 50})
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,8 +28,7 @@ from ppoor.data.datasets import STANDARD_SETS, DataError, Dataset, check_referen
 from ppoor.envs import ENV_IDS, ENV_VARIANTS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import compile_step, latest_checkpoint, load_agent
-from ppoor.models.attention_model import check_prior
-from ppoor.search.decoding import DECODES, MULTI_START, trajectories
+from ppoor.search.decoding import MULTI_START, Decoding, trajectories
 from ppoor.search.decoding import decode as decode_instances
 from ppoor.solvers.references import SOLVERS, solve_reference
 from ppoor.training.runs import memory_problem
@@ -107,75 +105,37 @@ class Model:
         return f"Model({str(self.path)!r}, problem={self.problem!r}, num_nodes={self.num_nodes})"
 
     def solve(
-        self,
-        data: str | os.PathLike | dict | np.ndarray = "test",
-        decode: str = "greedy",
-        augment: int = 1,
-        num_starts: int | None = None,
-        num_samples: int = 16,
-        batch_size: int = 256,
-        seed: int = 0,
-        num_instances: int | None = None,
-        num_nodes: int | None = None,
-        variant: str | None = None,
-        references: str | os.PathLike | np.ndarray | None = None,
-        reference_solver: str | None = None,
-        solver_seconds: float = 1.0,
-        reencode: bool = False,
-        progress: Callable[[int], object] | None = None,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        beam_width: int = 4,
-        distance_prior: float | None = None,
-    ) -> Solutions:
-        """Decodes every instance of ``data`` and keeps its best solution.
+        self, data: str | os.PathLike | dict | np.ndarray = "test", decoding: Decoding | str = "greedy", *,
+        num_instances: int | None = None, num_nodes: int | None = None, variant: str | None = None,
+        references: str | os.PathLike | np.ndarray | None = None, reference_solver: str | None = None,
+        solver_seconds: float = 1.0, progress: Callable[[int], object] | None = None,
+    ) -> Solutions:  # fmt: skip
+        """Decodes every instance of ``data`` as ``decoding`` says (a ``search.Decoding``, or a strategy's
+        name: greedy, multi-greedy, sampling, multi-sampling, beam, multi-beam) and keeps its best solution.
 
-        ``decode``: greedy, multi-greedy (``num_starts`` start nodes, default all), sampling
-        (``num_samples`` per instance, ``seed``) or multi-sampling (a sampled trajectory from each of
-        ``num_starts`` start nodes), beam (beam search keeping ``beam_width`` partial solutions) or
-        multi-beam (a beam of ``beam_width`` from each of ``num_starts`` start nodes); ``temperature``,
-        ``top_k``, ``top_p`` shape the sampled steps; ``augment``: 1 or 8 symmetries of the unit square;
-        ``batch_size``: instances decoded at once. ``num_instances``: the first K only; ``num_nodes``
-        and ``variant``: the standard sets' size and variant (default the model's). ``references``:
-        a CSV / .npy / solution .npz path or an array [B] of reference costs; without them a standard
-        set takes the lengths shipped for it, where any; ``reference_solver`` (lkh, pyvrp, ortools,
-        ``solver_seconds`` each) computes them instead. ``progress`` is called with the number of
-        instances done after each batch. ``reencode`` re-runs the encoder every step (comparison only).
-        ``distance_prior``: beta of the decoder's prior toward near nodes
-        (``models.attention_model.distance_bias``) for this call; None keeps the model's own.
+        ``num_instances``: the first K only; ``num_nodes`` and ``variant``: the standard sets' size and
+        variant (default the model's). ``references``: a CSV / .npy / solution .npz path or an array [B]
+        of reference costs; without them a standard set takes the lengths shipped for it, where any;
+        ``reference_solver`` (lkh, pyvrp, ortools, ``solver_seconds`` each) computes them instead.
+        ``progress`` is called with the number of instances done after each batch.
         """
-        self.check_options(decode, augment, num_instances, num_nodes, variant, reference_solver)
-        beta = self.agent.distance_prior if distance_prior is None else check_prior(distance_prior)
-
-        def check_memory(nodes: int, instances: int) -> None:
-            count = trajectories(decode, num_starts or nodes + 1, num_samples, beam_width)
-            needed = decode_memory(nodes, min(batch_size, instances) * augment, count)
-            if problem := memory_problem(needed, self.device, f"decoding {nodes}-node instances"):
-                raise ValueError(
-                    f"{problem} (lower --batch-size, --num-starts or --augment, or decode smaller instances)"
-                )
-
+        decoding = Decoding(decoding) if isinstance(decoding, str) else decoding
+        self.check_options(num_instances, num_nodes, variant, reference_solver)
         if isinstance(data, str) and data in STANDARD_SETS:  # before drawing the set: its size and count are known
-            check_memory(num_nodes or self.num_nodes, num_instances or 1)
+            self.check_memory(decoding, num_nodes or self.num_nodes, num_instances or 1)
         groups, source = self.load(data, num_instances, num_nodes, variant, references)
         if reference_solver:
             source = f"{reference_solver}, {solver_seconds:g} s per instance"
         for group in groups:  # before any decoding: every group fits
-            if decode in MULTI_START and num_starts and num_starts > group.num_nodes:
+            if decoding.strategy in MULTI_START and decoding.num_starts and decoding.num_starts > group.num_nodes:
                 raise ValueError(
-                    f"--num-starts {num_starts} exceeds the {group.num_nodes} start nodes of {group.names[0]}"
+                    f"--num-starts {decoding.num_starts} exceeds the {group.num_nodes} start nodes of {group.names[0]}"
                     f" ({'nodes' if self.problem == 'tsp' else 'customers'})"
                 )
-            check_memory(group.num_nodes, len(group.names))
+            self.check_memory(decoding, group.num_nodes, len(group.names))
         tours, lengths, refs, seconds = [], [], [], 0.0
         for group in groups:
-            with prior(self.agent, beta):
-                result = decode_instances(
-                    self.agent, group.instances, decode, num_starts=num_starts, num_samples=num_samples,
-                    augment_copies=augment, batch_size=batch_size, seed=seed, reencode=reencode, progress=progress,
-                    temperature=temperature, top_k=top_k, top_p=top_p, beam_width=beam_width,
-                )  # fmt: skip
+            result = decode_instances(self.agent, group.instances, decoding, progress=progress)
             tours += result.tours
             lengths.append([group.reported_length(i, tour) for i, tour in enumerate(result.tours)])
             if reference_solver:
@@ -191,22 +151,24 @@ class Model:
             lengths=np.concatenate(lengths).astype(np.float64),
             references=np.concatenate(refs).astype(np.float64),
             seconds=seconds,
-            decode=decode,
-            augment=augment,
+            decode=decoding.strategy,
+            augment=decoding.augment,
             groups=groups,
             reference_source=source,
         )
         check_plausible(solutions)
         return solutions
 
-    def check_options(
-        self, decode: str, augment: int, num_instances, num_nodes, variant, reference_solver: str | None
-    ) -> None:
+    def check_memory(self, decoding: Decoding, nodes: int, instances: int) -> None:
+        """Refuses, before decoding, ``instances`` instances of ``nodes`` nodes that would not fit in memory."""
+        count = trajectories(decoding.strategy, decoding.num_starts or nodes + 1, decoding.num_samples,
+                             decoding.beam_width)  # fmt: skip
+        needed = decode_memory(nodes, min(decoding.batch_size, instances) * decoding.augment, count)
+        if problem := memory_problem(needed, self.device, f"decoding {nodes}-node instances"):
+            raise ValueError(f"{problem} (lower --batch-size, --num-starts or --augment, or decode smaller instances)")
+
+    def check_options(self, num_instances, num_nodes, variant, reference_solver: str | None) -> None:
         """What can be checked before the data are read."""
-        if decode not in DECODES:
-            raise ValueError(f"decode must be one of {', '.join(DECODES)}, got {decode!r}")
-        if augment not in (1, 8):
-            raise ValueError(f"--augment must be 1 or 8 (all the symmetries of the square), got {augment}")
         for name, value, low in (("num_instances", num_instances, 1), ("num_nodes", num_nodes, 2)):
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low
@@ -255,20 +217,11 @@ class Model:
         return groups, "given"
 
 
-def solve(data="test", checkpoint: str | os.PathLike = "tsp20", device=None, **options) -> Solutions:
-    """``Model(checkpoint, device=device).solve(data, **options)``: decodes ``data`` with a trained
-    model in one call (see ``Model.solve`` for the options)."""
-    return Model(checkpoint, device=device).solve(data, **options)
-
-
-@contextmanager
-def prior(agent, beta: float):
-    """``agent`` decodes with the distance prior ``beta`` inside the block, its own again after it."""
-    own, agent.distance_prior = agent.distance_prior, beta
-    try:
-        yield agent
-    finally:
-        agent.distance_prior = own
+def solve(data="test", decoding: Decoding | str = "greedy", checkpoint: str | os.PathLike = "tsp20", device=None,
+          **options) -> Solutions:  # fmt: skip
+    """``Model(checkpoint, device=device).solve(data, decoding, **options)``: decodes ``data`` with a
+    trained model in one call (see ``Model.solve`` for the options)."""
+    return Model(checkpoint, device=device).solve(data, decoding, **options)
 
 
 def decode_memory(nodes: int, rows: int, trajectories: int) -> float:

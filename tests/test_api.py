@@ -11,6 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from ppoor.data.datasets import DataError
 from ppoor.models import CheckpointError
+from ppoor.search import Decoding
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def cvrp():
 )
 def test_tsp_tours_are_checked_tours_of_the_given_coordinates(tsp, count, nodes, how, augment, seed):
     coords = np.random.default_rng(seed).random((count, nodes, 2))
-    result = tsp.solve(coords, decode=how, augment=augment, num_samples=4, seed=seed)
+    result = tsp.solve(coords, Decoding(how, augment=augment, num_samples=4, seed=seed))
     assert len(result.tours) == len(result.lengths) == count and result.decode == how
     for tour, length, points in zip(result.tours, result.lengths, coords, strict=True):
         assert check_tsp_actions([*tour, tour[0]], points) == pytest.approx(length, rel=1e-6)
@@ -50,7 +51,7 @@ def test_cvrp_routes_from_a_dict_respect_the_capacity(cvrp, count, nodes, capaci
         "demand": rng.integers(1, 10, (count, nodes)),
         "capacity": capacity,
     }
-    result = cvrp.solve(data, decode="multi-greedy")
+    result = cvrp.solve(data, "multi-greedy")
     for b, (tour, length) in enumerate(zip(result.tours, result.lengths, strict=True)):
         cost = check_cvrp_actions(tour, data["depot"][b], data["coords"][b], data["demand"][b], capacity)
         assert cost == pytest.approx(length, rel=1e-6)
@@ -84,8 +85,7 @@ def test_a_model_is_reused_and_greedy_is_repeatable(tsp):
         ({"data": {"coords": np.zeros((2, 5, 3))}}, DataError, "coords"),
         ({"data": 5}, DataError, "a set name .test / val., a path or a dict of arrays"),
         ({"data": "missing.npz"}, DataError, "no such file"),
-        ({"decode": "beam-search"}, ValueError, "decode must be one of"),
-        ({"augment": 3}, ValueError, "--augment must be 1 or 8"),
+        ({"decoding": "beam-search"}, ValueError, "decode must be one of"),
         ({"num_instances": 0}, ValueError, "num_instances must be a whole number of at least 1"),
         ({"variant": "vrptw"}, ValueError, "does not fit this TSP model"),
         ({"reference_solver": "pyvrp"}, ValueError, "solves CVRP"),
@@ -121,13 +121,13 @@ def test_sampling_controls_reach_greedy_at_their_limits(tsp, count, nodes, seed)
     of their own. (A temperature near 0 is not exact: actions whose logits tie within ~0.01 stay
     likely; ``test_filter_logits_keeps_what_it_says`` checks what it does.)"""
     coords = np.random.default_rng(seed).random((count, nodes, 2))
-    greedy, multi = tsp.solve(coords), tsp.solve(coords, decode="multi-greedy")
+    greedy, multi = tsp.solve(coords), tsp.solve(coords, "multi-greedy")
     for controls in ({"top_k": 1}, {"top_p": 1e-9}):
-        sampled = tsp.solve(coords, decode="sampling", num_samples=3, seed=seed, **controls)
+        sampled = tsp.solve(coords, Decoding("sampling", num_samples=3, seed=seed, **controls))
         assert np.allclose(sampled.lengths, greedy.lengths), controls
-        starts = tsp.solve(coords, decode="multi-sampling", seed=seed, **controls)
+        starts = tsp.solve(coords, Decoding("multi-sampling", seed=seed, **controls))
         assert np.allclose(starts.lengths, multi.lengths), controls
-    loose = tsp.solve(coords, decode="multi-sampling", seed=seed, temperature=2.0, top_k=3, top_p=0.9)
+    loose = tsp.solve(coords, Decoding("multi-sampling", seed=seed, temperature=2.0, top_k=3, top_p=0.9))
     for tour, length, points in zip(loose.tours, loose.lengths, coords, strict=True):
         assert check_tsp_actions([*tour, tour[0]], points) == pytest.approx(length, rel=1e-6)
 
@@ -143,7 +143,7 @@ def test_beams_of_width_one_are_the_greedy_decodes(tsp, cvrp, count, nodes, seed
                  "capacity": 30}  # fmt: skip
     for model, data in ((tsp, coords), (cvrp, cvrp_data)):
         for beam, greedy in (("beam", "greedy"), ("multi-beam", "multi-greedy")):
-            got, want = model.solve(data, decode=beam, beam_width=1), model.solve(data, decode=greedy)
+            got, want = model.solve(data, Decoding(beam, beam_width=1)), model.solve(data, greedy)
             np.testing.assert_allclose(got.lengths, want.lengths, rtol=1e-9)
             assert all(np.array_equal(a, b) for a, b in zip(got.tours, want.tours, strict=True))
 
@@ -157,8 +157,8 @@ def test_a_beam_wide_enough_to_keep_every_tour_finds_the_optimum(tsp, nodes, see
     import itertools
 
     points = np.random.default_rng(seed).random((2, nodes, 2))
-    found = tsp.solve(points, decode="beam", beam_width=math.factorial(nodes))
-    narrow = tsp.solve(points, decode="beam", beam_width=2)
+    found = tsp.solve(points, Decoding("beam", beam_width=math.factorial(nodes)))
+    narrow = tsp.solve(points, Decoding("beam", beam_width=2))
     for b, instance in enumerate(points):
         best = min(check_tsp_actions([0, *rest, 0], instance) for rest in itertools.permutations(range(1, nodes)))
         assert found.lengths[b] == pytest.approx(best, rel=1e-9)
@@ -192,12 +192,17 @@ def test_filter_logits_keeps_what_it_says():
     ("options", "message"),
     [({"temperature": 0.0}, "temperature must be in"), ({"top_k": 0}, "top_k must be a whole number"),
      ({"top_p": 1.5}, "top_p must be in"), ({"top_p": float("nan")}, "top_p must be in"),
-     ({"decode": "beam", "beam_width": 0}, "beam_width must be a whole number"),
-     ({"decode": "multi-beam", "beam_width": 2.5}, "beam_width must be a whole number")],
+     ({"strategy": "beam", "beam_width": 0}, "beam_width must be a whole number"),
+     ({"strategy": "multi-beam", "beam_width": 2.5}, "beam_width must be a whole number"),
+     ({"augment": 3}, "--augment must be 1 or 8"), ({"augment": True}, "--augment must be 1 or 8"),
+     ({"batch_size": 0}, "batch_size must be a whole number"), ({"seed": -1}, "seed must be a whole number"),
+     ({"num_starts": 0}, "num_starts must be a whole number"), ({"num_samples": 1.5}, "num_samples must be a whole"),
+     ({"distance_prior": float("inf")}, "distance_prior must be a finite number")],
 )  # fmt: skip
-def test_bad_sampling_controls_raise_one_line(tsp, options, message):
-    with pytest.raises(ValueError, match=message):
-        tsp.solve(np.random.default_rng(0).random((1, 6, 2)), **{"decode": "sampling", **options})
+def test_bad_decoding_settings_raise_one_line(options, message):
+    with pytest.raises(ValueError, match=message) as raised:
+        Decoding(**{"strategy": "sampling", **options})
+    assert "\n" not in str(raised.value)
 
 
 @settings(max_examples=25, deadline=None)

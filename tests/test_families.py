@@ -26,7 +26,7 @@ from ppoor.checkers.tours import COSTS, InvalidTourError
 from ppoor.envs import ENV_IDS, FAMILY_ENVS, VECTOR_ENVS, standard_dataset
 from ppoor.models import Agent
 from ppoor.models.checkpoints import save_checkpoint
-from ppoor.search import decode
+from ppoor.search import Decoding, decode
 
 FAMILY_IDS = list(FAMILY_ENVS)
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints" / "families"
@@ -177,7 +177,7 @@ def test_decoded_solutions_pass_the_independent_checker(family_agents, env_id, h
     problem = ENV_IDS[env_id]
     variant = FAMILY_ENVS[env_id][2]
     data = standard_dataset(problem, 10, "test", 6, variant)
-    result = decode(family_agents[problem], data, how, augment_copies=2 if how == "greedy" else 1, num_samples=4)
+    result = decode(family_agents[problem], data, Decoding(how, augment=8 if how == "greedy" else 1, num_samples=4))
     for b, tour in enumerate(result.tours):
         instance = {k: v[b] for k, v in data.items()}
         padded = np.concatenate([tour, tour[-1:], tour[-1:]])  # a finished trajectory repeats its last action

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ppoor.envs.distributions import DISTRIBUTIONS, draw
 from ppoor.envs.instances import check_instances
+from ppoor.search import Decoding
 
 
 @settings(max_examples=30, deadline=None)
@@ -107,7 +108,7 @@ def test_a_strong_distance_prior_steps_to_the_nearest_unvisited_node(nodes, beta
     one's (checked here from the coordinates, step by step). The model's own beta is back after the call."""
     model = ppoor.Model("tsp20")
     points = np.random.default_rng(seed).random((nodes, 2))
-    result = model.solve(points[None], decode="greedy", distance_prior=beta)
+    result = model.solve(points[None], Decoding("greedy", distance_prior=beta))
     assert model.agent.distance_prior == 0.0
     tour = list(result.tours[0])
     assert sorted(tour) == list(range(nodes))
@@ -160,7 +161,7 @@ def test_the_distance_prior_is_refused_when_not_a_finite_non_negative_number():
     model = ppoor.Model("tsp20")
     for beta in (-1.0, float("nan"), float("inf"), "2"):
         with pytest.raises(ValueError, match="distance_prior must be a finite number >= 0"):
-            model.solve(np.random.default_rng(0).random((1, 5, 2)), distance_prior=beta)
+            model.solve(np.random.default_rng(0).random((1, 5, 2)), Decoding(distance_prior=beta))
     assert model.agent.distance_prior == 0.0
 
 

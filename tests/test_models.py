@@ -14,7 +14,7 @@ from ppoor.models import (
     read_checkpoint,
     save_checkpoint,
 )
-from ppoor.search import decode
+from ppoor.search import Decoding, decode
 from torch._dynamo.utils import counters
 
 RLOR = SHARED / "checkpoints" / "rlor"
@@ -154,8 +154,8 @@ def test_the_compiled_step_computes_what_the_eager_one_does(problem):
 def test_a_compiled_model_decodes_the_same_solutions(problem, mode):
     """The decodes of a compiled step equal the eager ones, tour for tour, over batches of two sizes."""
     data = kool_dataset(problem, 10, "test", 7)
-    eager = decode(make_agent(problem), data, mode, batch_size=4)
-    compiled = decode(compile_step(make_agent(problem)), data, mode, batch_size=4)
+    eager = decode(make_agent(problem), data, Decoding(mode, batch_size=4))
+    compiled = decode(compile_step(make_agent(problem)), data, Decoding(mode, batch_size=4))
     np.testing.assert_allclose(compiled.lengths, eager.lengths, rtol=1e-6)
     assert all((a == b).all() for a, b in zip(compiled.tours, eager.tours, strict=True))
 
@@ -217,7 +217,7 @@ def test_rlor_checkpoints_reproduce_published_figures(problem, greedy, multi_gre
     assert ckpt["format"] == "rlor"
     data = kool_dataset(problem, 50, "test", 1000)
     assert decode(agent, data, "greedy").lengths.mean() == pytest.approx(greedy, abs=1e-3)
-    assert decode(agent, data, "multi-greedy", batch_size=250).lengths.mean() == pytest.approx(multi_greedy, abs=1e-3)
+    assert decode(agent, data, Decoding("multi-greedy", batch_size=250)).lengths.mean() == pytest.approx(multi_greedy, abs=1e-3)
 
 
 @needs_rlor

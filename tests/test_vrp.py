@@ -69,7 +69,7 @@ def test_periodic_evaluation_logs_each_group_of_a_mixed_set(seed):
     mixed = vrp_instances(np.random.default_rng(seed), 24, 8, "all")
     names = instance_variants(mixed)
     references = np.random.default_rng(seed).uniform(1.0, 3.0, len(names))
-    out = routing.evaluate(agent, mixed, 24, references)
+    out = routing.evaluate(agent, mixed, references)
     present = sorted({variant_group(name) for name in names})
     assert sorted(k.split("/")[1].removesuffix("_multi_greedy_length") for k in out if "_multi_greedy_length" in k and
                   k != "eval/multi_greedy_length") == (present if len(present) > 1 else [])  # fmt: skip
@@ -82,7 +82,7 @@ def test_periodic_evaluation_logs_each_group_of_a_mixed_set(seed):
         assert gaps == pytest.approx(out["eval/multi_greedy_gap"])
     classic = vrp_instances(np.random.default_rng(seed), 8, 8, "classic")
     assert not any(
-        k.startswith(("eval/classic", "eval/multi_depot")) for k in routing.evaluate(agent, classic, 8, None)
+        k.startswith(("eval/classic", "eval/multi_depot")) for k in routing.evaluate(agent, classic, None)
     )
 
 

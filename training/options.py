@@ -57,14 +57,13 @@ LIMITS = {
     "total_seconds": (1e-3, MAX_SECONDS),
     "checkpoint_seconds": (0.0, MAX_SECONDS),
     "eval_instances": (1, math.inf),
-    "eval_batch_size": (1, math.inf),
     "warmup_steps": (0, math.inf),
 }
 """The closed range of every numeric argument (``training.runs.check_numbers``)."""
 
 RESUME_OVERRIDES = (
     "total_timesteps", "update_chunk", "total_seconds", "checkpoint_interval", "checkpoint_seconds",
-    "eval_interval", "eval_instances", "eval_batch_size", "eval_nodes", "threads", "cuda", "track", "wandb_project_name",
+    "eval_interval", "eval_instances", "eval_nodes", "threads", "cuda", "track", "wandb_project_name",
     "wandb_entity", "amp", "compile",
 )  # fmt: skip
 """The fields a resumed run may change; any other field given with --resume must equal the checkpoint's."""

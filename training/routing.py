@@ -213,13 +213,12 @@ def restore(ckpt: dict, agent: Agent, optimizer, envs, rank: int, device: torch.
     envs.unwrapped.rng.bit_generator.state = rng["env"]
 
 
-def evaluate(agent: Agent, data: dict, batch_size: int, references: np.ndarray | None) -> dict:
+def evaluate(agent: Agent, data: dict, references: np.ndarray | None) -> dict:
     """Mean greedy and multi-greedy tour lengths on ``data`` (the periodic evaluation), and their
     mean gaps in percent against ``references`` [B] where there are any; for a set that mixes the
     groups of VRP variants (``envs.vrp.GROUPS``), each group's multi-greedy mean too."""
     agent.eval()
-    results = {"greedy": decode(agent, data, "greedy", batch_size=batch_size)}
-    results["multi_greedy"] = decode(agent, data, "multi-greedy", batch_size=batch_size)
+    results = {"greedy": decode(agent, data, "greedy"), "multi_greedy": decode(agent, data, "multi-greedy")}
     agent.train()
     out = {}
     for name, result in results.items():
