@@ -115,7 +115,7 @@ class Args:
     """a trust region: stop an update at 2 x target_kl and steer the learning rate by the KL reached; None: none"""
     norm_groups: bool = True
     """encode the rollout in the update's minibatches, so each minibatch starts from the policy that sampled
-    it (the cure of small minibatches' relapses); False: all instances at once (the rlor preset)"""
+    it (batch norm makes the encoding depend on the batch); False: all instances at once (the rlor preset)"""
     batch_norm: Literal["batch", "frozen"] = "batch"
     """the am encoder's batch norm: batch (each batch's statistics) or frozen (--init-from's running statistics,
     in rollout, update and evaluation alike: fine-tuning on a mix of unlike instances, such as the 48 variants)"""

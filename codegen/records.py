@@ -64,11 +64,9 @@ def resolve_args(args, given: set[str] | None, limits: dict) -> tuple:
     fail(check_args(args, limits))
     ckpt = None
     if args.resume:
-        args, ckpt = resume_settings(args, given or set(), ("episodes",), {}, "rlea.py", ("episode", "episodes"),
+        args, ckpt = resume_settings(args, given or set(), ("episodes",), "rlea.py", ("episode", "episodes"),
                                      CHECKPOINT)  # fmt: skip
-        ckpt.setdefault("global_step", ckpt.get("episode", 0))  # the run's count (checkpoints before training.runs.Run)
-        if ckpt.get("script") != "rlea.py":
-            fail([f"--resume: {args.resume} is not an rlea.py checkpoint (give an rlea.py run folder or its {CHECKPOINT})"])
+        ckpt.setdefault("global_step", ckpt.get("episode", 0))  # the shipped checkpoints/rlea/*/planner.pt count episodes only
     if args.track and (problem := wandb_problem()):
         fail([f"--track: {problem}"])
     return args, ckpt

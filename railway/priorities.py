@@ -334,9 +334,7 @@ def resolve_args(args, given: set[str] | None = None) -> tuple:
 
     ckpt = None
     if args.resume:
-        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, {"flatland3": False}, "ppo_priorities.py")
-        if ckpt.get("problem") != "rail-priorities":
-            sys.exit(f"error: --resume: {args.resume} is not a ppo_priorities.py training checkpoint")
+        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, "ppo_priorities.py")
     check_args(args)
     if args.track and (problem := wandb_problem()):
         sys.exit(f"error: --track: {problem}")

@@ -268,8 +268,6 @@ def imitate(policy: RailPolicy, demonstrations: list, args, stop: StopRequest) -
 RESUME_OVERRIDES = ("total_timesteps", "total_seconds", "checkpoint_interval", "eval_interval", "threads", "track",
                     "wandb_project_name", "wandb_entity")  # fmt: skip
 """The arguments a resumed run may change; any other one given must equal the checkpoint's."""
-LEGACY = {"safety": False, "veto": "path", "eval_sample": False, "flatland3": False}
-"""What checkpoints written before these arguments existed did (their values when resuming)."""
 
 
 def initial_policy(args) -> dict:
@@ -293,12 +291,8 @@ def resolve_args(args, given: set[str] | None = None) -> tuple:
     """The settings ``main`` can trust (a resumed run's own; ``given``: the fields given on the command
     line) and the checkpoint resumed from; exits with one line naming the argument otherwise."""
     ckpt = None
-    if args.resume:  # older runs had no safety layer
-        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, LEGACY, "ppo_flatland.py")
-        if ckpt.get("problem") == "rail-priorities":
-            sys.exit(f"error: --resume: {args.resume} is a priority policy's checkpoint: resume it with ppo_priorities.py")
-        if ckpt.get("problem") != "rail":
-            sys.exit(f"error: --resume: {args.resume} is not a ppo_flatland.py training checkpoint")
+    if args.resume:
+        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, "ppo_flatland.py")
     check_args(args)
     if args.track and (problem := wandb_problem()):
         sys.exit(f"error: --track: {problem}")

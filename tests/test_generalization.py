@@ -345,8 +345,9 @@ def test_the_default_distance_prior_is_by_problem_and_the_rlor_preset_has_none(e
     assert options.with_defaults(args, options.env_size(args).starts).distance_prior == beta
 
 
-def test_a_run_from_before_the_prior_resumes_without_it(tmp_path, monkeypatch):
-    """A checkpoint whose settings lack --distance-prior was trained without the prior: resumed, it keeps none."""
+def test_a_checkpoint_lacking_a_setting_is_refused_with_the_way_on(tmp_path, monkeypatch):
+    """A checkpoint whose settings lack one of today's (--distance-prior: an older ppo-or's) is not resumed
+    with a default it was not trained with: one line says to start from its weights instead."""
     import torch
     from ppoor import ppo_or
     from ppoor.models.checkpoints import save_checkpoint
@@ -362,8 +363,12 @@ def test_a_run_from_before_the_prior_resumes_without_it(tmp_path, monkeypatch):
     ckpt["model_config"] = {}
     ckpt["args"]["total_timesteps"] = 10_000
     save_checkpoint({k: v for k, v in ckpt.items() if k != "format"}, tmp_path / "old.pt")
-    resumed, _, _, _ = options.resolve_args(*ppo_or.parse_args(["--resume", str(tmp_path / "old.pt")]))
-    assert resumed.distance_prior == 0.0
+    with pytest.raises(SystemExit) as exc:
+        options.resolve_args(*ppo_or.parse_args(["--resume", str(tmp_path / "old.pt")]))
+    assert str(exc.value.code) == (f"error: --resume: {tmp_path / 'old.pt'} was written by an older ppo_or.py without "
+                                   f"--distance-prior; start a new run from its weights with --init-from {tmp_path / 'old.pt'}")  # fmt: skip
+    resumed, _, _, _ = options.resolve_args(*ppo_or.parse_args(["--resume", str(path), "--total-timesteps", "10000"]))  # today's resumes
+    assert resumed.distance_prior == 3.0
 
 
 @pytest.mark.parametrize(

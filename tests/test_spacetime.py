@@ -277,7 +277,7 @@ def test_a_priority_run_trains_resumes_and_plays_in_eval_flatland(tmp_path):
     (ckpt,) = (tmp_path / "runs").glob("*/ckpt")
     first = sorted(ckpt.iterdir(), key=lambda p: int(p.stem))[0]
     result = run(ROOT / "ppo_flatland.py", "--resume", first)
-    assert result.returncode != 0 and "resume it with ppo_priorities.py" in result.stderr
+    assert result.returncode != 0 and "is a ppo_priorities.py checkpoint; resume it with ppo_priorities.py" in result.stderr
     result = run(ROOT / "ppo_priorities.py", "--resume", first, "--total-timesteps", "90")
     assert result.returncode == 0, result.stderr
     result = run(ROOT / "eval_flatland.py", "--sizes", "25x25x5", "--episodes", "1", "--rules", "planner_learned",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import torch
 from ppoor.envs import ENV_IDS, ENV_VARIANTS, EnvSizes, env_sizes
@@ -37,9 +37,8 @@ RLOR = dict(
 
 VARIANTS = dict(preset="variants", encoder="transformer", num_envs=64, minibatch_size=64, train_augment=1)
 """The ``variants`` preset: the VRP variants on a CPU (RouteFinder's transformer encoder, 64 distinct
-instances per rollout, so that each rollout mixes many variants, in one minibatch per epoch). Beside
-RL4CO's MTPOMO at 50 customers, one thread each, it led at every mark of an hour
-(docs/results/2026-12-routing-training.md)."""
+instances per rollout, so that each rollout mixes many variants, in one minibatch per epoch, which keeps
+a small rollout from relapsing)."""
 
 LIMITS = {
     **PPO_LIMITS,
@@ -98,14 +97,13 @@ def env_size(args, num_nodes: int | None = None) -> EnvSizes:
 
 
 LARGE = 50
-"""From this many nodes the default learning rate is 3e-4, which kept the training at 50 and 100
-nodes stable; below it 1e-3, which learns more in a short budget (docs/results/2026-12-main-job.md)."""
+"""From this many nodes the default learning rate is 3e-4, which keeps the training at 50 and 100
+nodes stable; below it 1e-3, which learns more in a short budget."""
 
 
 PRIORS = {"tsp": 3.0, "cvrp": 3.0}
 """The default --distance-prior by problem: with it a model starts near the nearest-neighbour rule and
-learns from there (docs/results/2026-12-real-instances.md); the problems not listed were not measured
-with it and start without."""
+learns from there; the problems not listed were not measured with it and start without."""
 
 
 def with_defaults(args, starts: int):
@@ -166,13 +164,7 @@ def resolve_args(args, given: set[str] | None = None) -> tuple:
     exits with one line naming the argument otherwise."""
     ckpt = None
     if args.resume:
-        # checkpoints written before the presets existed were trained with the rlor settings
-        legacy = {**asdict(type(args)(**RLOR)), "distance_prior": 0.0}  # (runs from before the prior: none)
-        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, legacy, "ppo_or.py")
-        if ckpt["problem"] == "rail":
-            sys.exit(f"error: --resume: {args.resume} is a ppo_flatland.py checkpoint; resume it with ppo_flatland.py")
-        if "minibatch_size" not in ckpt["args"]:  # written when minibatches were counted: the same split
-            args = replace(args, minibatch_size=args.num_envs // ckpt["args"].get("num_minibatches", 8))
+        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, "ppo_or.py")
     sizes = env_size(args)
     args = with_defaults(args, sizes.starts)
     check_args(args, sizes.starts)

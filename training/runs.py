@@ -227,16 +227,21 @@ def parse_with_presets(cls, presets: dict, default: str, argv: list[str]) -> tup
     return tyro.cli(cls, default=presets.get(name, presets[default]), args=argv), given_fields(cls, argv)
 
 
+SCRIPT_OF = {"rail": "ppo_flatland.py", "rail-priorities": "ppo_priorities.py"}
+"""The trainer of a checkpoint by its ``problem`` (the routing problems': ppo_or.py; rlea.py's checkpoints
+name their ``script``)."""
+
+
 def resume_settings(
-    args, given: set[str], overrides: tuple[str, ...], legacy: dict, script: str,
+    args, given: set[str], overrides: tuple[str, ...], script: str,
     budget: tuple[str, str] = ("global_step", "total_timesteps"), file_name: str | None = None,
 ) -> tuple:  # fmt: skip
     """Loads the checkpoint that ``args.resume`` names (a file, or a run folder: its latest checkpoint,
     or its ``file_name`` where the script writes one file) and returns (its settings as ``type(args)``
     with --resume kept, the checkpoint). Fields ``given`` on the command line that are in
     ``overrides`` replace the saved ones (e.g. a longer --total-timesteps); any other field given must
-    equal the checkpoint's, whatever its default. ``legacy``: the values of fields that older
-    checkpoints lack. A weights-only file, and a run that already reached its budget (``budget``: the
+    equal the checkpoint's, whatever its default. A checkpoint that lacks one of today's settings (an
+    older ppo-or's) is refused with the way on (--init-from its weights), as are a weights-only file, and a run that already reached its budget (``budget``: the
     checkpoint's count of what was done and the field that bounds it; and --total-seconds where the
     script has it), are refused before anything is written."""
     from ppoor.models.checkpoints import latest_checkpoint, read_checkpoint
@@ -251,11 +256,14 @@ def resume_settings(
         print(f"resuming from {path} (the latest checkpoint of {args.resume})", flush=True)
     if "args" not in ckpt or "optimizer" not in ckpt:
         sys.exit(f"error: --resume: {args.resume} holds weights only, not a {script} training state")
+    owner = ckpt.get("script") or SCRIPT_OF.get(ckpt.get("problem"), "ppo_or.py")
+    if owner != script:
+        sys.exit(f"error: --resume: {args.resume} is a {owner} checkpoint; resume it with {owner}")
     names = [f.name for f in fields(args)]
-    saved = {
-        **{k: v for k, v in legacy.items() if k in names},
-        **{k: ckpt["args"][k] for k in names if k in ckpt["args"]},
-    }
+    if missing := [name for name in names if name not in ckpt["args"] and name != "resume"]:
+        sys.exit(f"error: --resume: {args.resume} was written by an older {script} without {', '.join(map(flag, missing))};"
+                 f" start a new run from its weights with --init-from {args.resume}")  # fmt: skip
+    saved = {k: ckpt["args"][k] for k in names if k in ckpt["args"]}
     for name in sorted(given - {"resume"}):
         value = getattr(args, name)
         if value == saved.get(name):
