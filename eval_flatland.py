@@ -43,6 +43,7 @@ import os
 import sys
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -234,100 +235,141 @@ def averaged(played: list, seeds, keys) -> dict:
     return row
 
 
-def main(args: Args, given: set[str] | None = None) -> None:
-    """Evaluates (``given``, the fields given on the command line, is unused: nothing resumes)."""
-    sizes = check_args(args)
-    torch.set_num_threads(args.threads)
-    keep_freed_memory()
+@dataclass
+class Policies:
+    """What eval_flatland plays beside the fixed rules: the decision policy of ``checkpoint`` (``ckpt``: its
+    checkpoint, whose ``args`` are its training settings), its release classifier (None without one) and the
+    learned priority order of --priorities (None without it)."""
+
+    checkpoint: Path
+    policy: object
+    ckpt: dict
+    classifier: object | None
+    learned: object | None
+
+    @property
+    def settings(self) -> dict:
+        """The decision policy's training settings its rules play with."""
+        train = self.ckpt["args"]
+        return {"depth": train["tree_depth"], "radius": train["comm_radius"], "safety": train.get("safety", False),
+                "wait": train.get("wait", False), "veto": train.get("veto", "path"),
+                "sampled": train.get("eval_sample", False), "max_active": train["max_active"]}  # fmt: skip
+
+
+def load_policies(args: Args) -> Policies:
+    """The policies --checkpoint and --priorities name; exits with one line where one cannot be read."""
     try:
         checkpoint = latest_checkpoint(args.checkpoint or SHIPPED)
         policy, ckpt = load_rail_policy(checkpoint)
     except CheckpointError as exc:
         sys.exit(f"error: --checkpoint: {exc}")
-    classifier = load_release_classifier(ckpt)
     try:
         learned = load_priority_policy(latest_checkpoint(args.priorities))[0] if args.priorities else None
     except CheckpointError as exc:
         sys.exit(f"error: --priorities: {exc}")
-    train_args = ckpt["args"]
-    depth, radius = train_args["tree_depth"], train_args["comm_radius"]
-    safety, wait, veto = train_args.get("safety", False), train_args.get("wait", False), train_args.get("veto", "path")
-    sampled = train_args.get("eval_sample", False)
-    max_active = args.max_active or train_args["max_active"]
-    release_active = max_active or 5
-    threshold = args.threshold if args.threshold is not None else ckpt.get("release_threshold", 0.5)
+    return Policies(checkpoint, policy, ckpt, load_release_classifier(ckpt), learned)
+
+
+def decision_rules(args: Args, policies: Policies, threshold: float) -> dict:
+    """The rules asked for that play one decision at a time: name -> (rule, trains at once, release rule,
+    safety layer, waiting allowed, veto)."""
+    s, policy = policies.settings, policies.policy
+    max_active = args.max_active or s["max_active"]
+    sampler = torch.Generator().manual_seed(args.seed)  # the same draws for a size whatever the others
+    guard = (s["safety"], s["wait"], s["veto"])
+    rules = {
+        "policy": (policy_rule(policy), max_active, None, *guard),
+        "policy_sampled": (policy_rule(policy, False, sampler), max_active, None, *guard),
+        "shortest_path": (shortest_path_rule, None, None, False, False, "path"),
+        "shortest_path_release": (shortest_path_rule, max_active or 5, None, False, False, "path"),
+        "random": (random_rule(np.random.default_rng(args.seed)), None, None, False, False, "path"),
+    }
+    if policies.classifier is not None:
+        release, draws = learned_release(policies.classifier, s["depth"], threshold), torch.Generator().manual_seed(args.seed)
+        rules["policy_learned_release"] = (policy_rule(policy, not s["sampled"], draws), None, release, *guard)
+    if s["safety"]:  # the layer alone: the reservation check over the whole path, whatever the policy's veto
+        rules[ABLATION] = (shortest_path_rule, max_active, None, True, False, "path")
+    return {name: rule for name, rule in rules.items() if name in args.rules}
+
+
+def play_rules(args: Args, policies: Policies, rules: dict, size: tuple, row: dict, render: bool) -> None:
+    """Plays each of ``rules`` on the size's maps and puts its averages in ``row`` (the policy's also the
+    decisions where it left the layer's rule); ``render`` draws the policy's first map."""
+    (width, height, trains, cities), s = size, policies.settings
+    seeds = range(args.seed, args.seed + args.episodes)
+    for name, (rule, active, release, guarded, waits, vetoes) in rules.items():
+        drawn = name == "policy" and render
+        env = RailDecisionEnv(
+            width, height, trains, max_active=min(active, trains) if active else None, cities=cities, safety=guarded,
+            record=drawn, wait=waits, veto=vetoes, flatland3=args.flatland3,
+        )  # fmt: skip
+        played = []
+        for seed in seeds:
+            played.append(attempt(play, env, seed, rule, s["depth"], s["radius"], release_rule=release))
+            if drawn and seed == args.seed and isinstance(played[0], dict):
+                render_episode(args.render, env, f"policy {policies.checkpoint.name}, map seed {args.seed}")
+            env.record = False
+        row[name] = averaged(played, seeds, METRICS)
+        if name.startswith("policy"):  # the decisions where it leaves the layer's rule, summed over the maps
+            done = [p for p in played if isinstance(p, dict)]
+            row[name].update({key: sum(p[key] for p in done) for key in ("decisions", *CHANGES)})
+
+
+def play_planners(args: Args, learned, draw, rules: dict, row: dict) -> dict:
+    """Plays the planner rules asked for (``learned``: the learned order's policy, or None) on the maps
+    ``draw`` makes, adds them to ``rules`` and ``row`` with the learned order's lead over the best fixed
+    one; returns the planner rules' names and orderings."""
+    seeds = range(args.seed, args.seed + args.episodes)
+    planners = {**PLANNERS, **({"planner_learned": "learned"} if learned is not None else {})}
+    episodes = {}  # planner rule -> its play_planner dicts (or errors), map by map
+    for name, ordering in planners.items():
+        if name in args.rules:
+            learned_order = ordering == "learned"  # the learned order replaces the fixed one (unused then)
+            initial = partial(learned_plans, learned) if learned_order else None
+            ordering = "closest" if learned_order else ordering
+            episodes[name] = [
+                attempt(plan_map, draw, seed, ordering, args.planner_seconds, initial, args.planner_searches)
+                for seed in seeds
+            ]
+            rules[name], row[name] = None, averaged(episodes[name], seeds, PLANNER_METRICS)
+    whole = {name for name, maps in episodes.items() if all(isinstance(p, dict) for p in maps)}  # none failed
+    fixed = [name for name in PLANNERS if name in whole]
+    if "planner_learned" in whole and fixed:  # the best fixed order: most arrivals, then least planning
+        best = max(fixed, key=lambda n: (row[n]["arrival_rate"], -row[n]["planning_seconds"]))
+        row["learned_order_vs_best_fixed"] = {"fixed": best, **lead_over(episodes["planner_learned"], episodes[best])}
+    return planners
+
+
+def main(args: Args, given: set[str] | None = None) -> None:
+    """Evaluates (``given``, the fields given on the command line, is unused: nothing resumes)."""
+    sizes = check_args(args)
+    torch.set_num_threads(args.threads)
+    keep_freed_memory()
+    policies = load_policies(args)
+    train, s = policies.ckpt["args"], policies.settings
+    max_active = args.max_active or s["max_active"]
+    threshold = args.threshold if args.threshold is not None else policies.ckpt.get("release_threshold", 0.5)
+    has_release = policies.classifier is not None
     print(
-        f"policy {checkpoint} (trained on {train_args['width']}x{train_args['height']} with {train_args['trains']} "
-        f"trains{', safety layer' if safety else ''}{', waiting allowed' if wait else ''}"
-        f"{', segment veto' if veto == 'segment' else ''}), {args.episodes} maps per "
+        f"policy {policies.checkpoint} (trained on {train['width']}x{train['height']} with {train['trains']} "
+        f"trains{', safety layer' if s['safety'] else ''}{', waiting allowed' if s['wait'] else ''}"
+        f"{', segment veto' if s['veto'] == 'segment' else ''}), {args.episodes} maps per "
         f"size from seed {args.seed}, release {max_active or 'all'} at a time"
-        + (f", learned release threshold {threshold:g}" if classifier is not None else "")
-        + (" (chosen with sampled actions, as the learned release plays)" if classifier is not None and sampled else "")
+        + (f", learned release threshold {threshold:g}" if has_release else "")
+        + (" (chosen with sampled actions, as the learned release plays)" if has_release and s["sampled"] else "")
     )
     results = []
     for width, height, trains, cities in sizes:
-        sampler = torch.Generator().manual_seed(args.seed)  # the same draws for a size whatever the others
-        rules = {  # name: (rule, trains at once, release rule, safety layer, waiting allowed, veto)
-            "policy": (policy_rule(policy), max_active, None, safety, wait, veto),
-            "policy_sampled": (policy_rule(policy, False, sampler), max_active, None, safety, wait, veto),
-            "shortest_path": (shortest_path_rule, None, None, False, False, "path"),
-            "shortest_path_release": (shortest_path_rule, release_active, None, False, False, "path"),
-            "random": (random_rule(np.random.default_rng(args.seed)), None, None, False, False, "path"),
-        }
-        if classifier is not None:
-            release, draws = learned_release(classifier, depth, threshold), torch.Generator().manual_seed(args.seed)
-            moves = policy_rule(policy, not sampled, draws)  # as the training chose its threshold
-            rules["policy_learned_release"] = (moves, None, release, safety, wait, veto)
-        if safety:  # the layer alone: the reservation check over the whole path, whatever the policy's veto
-            rules[ABLATION] = (shortest_path_rule, max_active, None, True, False, "path")
-        rules = {name: rule for name, rule in rules.items() if name in args.rules}
+        rules = decision_rules(args, policies, threshold)
         row = {"width": width, "height": height, "trains": trains, "cities": cities, "episodes": args.episodes}
+        play_rules(args, policies, rules, (width, height, trains, cities), row, bool(args.render) and not results)
         seeds = range(args.seed, args.seed + args.episodes)
         draw = partial(rail_env, width, height, trains, cities=cities, flatland3=args.flatland3)
-        for name, (rule, active, release, guarded, waits, vetoes) in rules.items():
-            drawn = name == "policy" and args.render and not results  # the first size's first map
-            active = min(active, trains) if active else None
-            env = RailDecisionEnv(
-                width, height, trains, max_active=active, cities=cities, safety=guarded, record=drawn, wait=waits,
-                veto=vetoes, flatland3=args.flatland3,
-            )  # fmt: skip
-            played = []
-            for seed in seeds:
-                played.append(attempt(play, env, seed, rule, depth, radius, release_rule=release))
-                if drawn and seed == args.seed and isinstance(played[0], dict):
-                    render_episode(args.render, env, f"policy {checkpoint.name}, map seed {args.seed}")
-                env.record = False
-            row[name] = averaged(played, seeds, METRICS)
-            if name.startswith("policy"):  # the decisions where it leaves the layer's rule, summed over the maps
-                done = [p for p in played if isinstance(p, dict)]
-                row[name].update({key: sum(p[key] for p in done) for key in ("decisions", *CHANGES)})
         if "deadlock_avoidance" in args.rules:
-            dla = [
-                attempt(play_deadlock_avoidance, width, height, trains, seed, cities, args.flatland3) for seed in seeds
-            ]
+            dla = [attempt(play_deadlock_avoidance, width, height, trains, seed, cities, args.flatland3) for seed in seeds]
             if dla[0] is not None:  # flatland-baselines installed
-                rules["deadlock_avoidance"] = None
-                row["deadlock_avoidance"] = averaged(dla, seeds, METRICS)
-        planners = {**PLANNERS, **({"planner_learned": "learned"} if learned is not None else {})}
-        episodes = {}  # planner rule -> its play_planner dicts (or errors), map by map
-        for name, ordering in planners.items():
-            if name in args.rules:
-                learned_order = ordering == "learned"  # the learned order replaces the fixed one (unused then)
-                initial = partial(learned_plans, learned) if learned_order else None
-                ordering = "closest" if learned_order else ordering
-                episodes[name] = [
-                    attempt(plan_map, draw, seed, ordering, args.planner_seconds, initial, args.planner_searches)
-                    for seed in seeds
-                ]
-                rules[name], row[name] = None, averaged(episodes[name], seeds, PLANNER_METRICS)
-        whole = {name for name, maps in episodes.items() if all(isinstance(p, dict) for p in maps)}  # none failed
-        fixed = [name for name in PLANNERS if name in whole]
-        if "planner_learned" in whole and fixed:  # the best fixed order: most arrivals, then least planning
-            best = max(fixed, key=lambda n: (row[n]["arrival_rate"], -row[n]["planning_seconds"]))
-            row["learned_order_vs_best_fixed"] = {
-                "fixed": best,
-                **lead_over(episodes["planner_learned"], episodes[best]),
-            }
+                rules["deadlock_avoidance"], row["deadlock_avoidance"] = None, averaged(dla, seeds, METRICS)
+        planners = play_planners(args, policies.learned, draw, rules, row)
         if "oracle" in args.rules:
             rules["oracle"] = None
             row["oracle"] = {"arrival_rate": float(np.mean([oracle_arrival(draw(seed)) for seed in seeds]))}

@@ -154,13 +154,8 @@ def resumed(args: Args, given: set[str]) -> tuple[Args, dict]:
     return Args(**{**saved, "resume": args.resume, "output": args.resume}), done
 
 
-def main(args: Args, given: set[str] | None = None) -> None:
-    """Evaluates the methods; ``given``: the fields given on the command line (with --resume, none other)."""
-    done, finished_runs = {}, 0
-    if args.resume:
-        args, done = resumed(args, given or set())
-        finished_runs = sum(len(rows) for rows in done.values())
-        print(f"resuming {args.resume}: {finished_runs} problem runs finished", flush=True)
+def check_all(args: Args) -> str:
+    """Every argument checked before work (one line each, then exit); returns the results file's path."""
     problems_found = check_args(args, LIMITS)
     needs_planner = [m for m in args.methods if m in NEED_PLANNER and not args.judge]
     if args.judge is not None:
@@ -173,6 +168,54 @@ def main(args: Args, given: set[str] | None = None) -> None:
     fail(problems_found)
     output = args.output or os.path.join("runs", f"eval_rlea__{args.seed}__{int(time.time())}.json")
     check_writable("--output", output)
+    return output
+
+
+def selected(args: Args, problems: list[dict], folder) -> list[dict]:
+    """The problems --only names, else those of --split (default: the shipped benchmark's test split,
+    every problem of a folder of one's own); exits with one line where none is left."""
+    if args.only:
+        unknown = sorted(set(args.only) - {p["name"] for p in problems})
+        if unknown:
+            fail([f"--only: no problem {', '.join(unknown)} in {folder}"])
+        kept = [p for p in problems if p["name"] in args.only]
+        print(f"--only: {len(kept)} of the {len(problems)} problems of {folder}", flush=True)
+        return kept
+    split = args.split or ("all" if args.problems else "test")
+    kept = [p for p in problems if split in ("all", p["split"])]
+    if len(kept) < len(problems):
+        print(f"--split {split}: {len(kept)} of the {len(problems)} problems of {folder} "
+              f"({len(problems) - len(kept)} of other splits left out)", flush=True)
+    if not kept:
+        fail([f"{folder} has no problem of split {split!r} (--split all runs every one)"])
+    return kept
+
+
+def planner_state(args: Args, ckpt: dict | None) -> tuple:
+    """(memory, embedder, alpha) of the planner --planner names: its memory, the embedder its states were
+    made with (refused where it is not the one it was trained on) and its final temperature; without a
+    planner an empty memory, no embedder and alpha 1."""
+    from ppoor.codegen.memory import Memory
+
+    if ckpt is None:
+        return Memory(), None, 1.0
+    planner_dir = os.path.dirname(planner_file(args.planner))
+    planner_args = copy.copy(args)
+    planner_args.embedder = ckpt["args"]["embedder"]
+    embed = make_embedder(planner_args, os.path.join(planner_dir, "embeddings.json"))
+    if problem := embedder_problem(ckpt, embed, f"--planner {args.planner}"):
+        fail([problem])
+    return Memory.load(os.path.join(planner_dir, "memory.json")), embed, ckpt["args"]["alpha_end"]
+
+
+def main(args: Args, given: set[str] | None = None) -> None:
+    """Evaluates the methods; ``given``: the fields given on the command line (with --resume, none other)."""
+    done, finished_runs = {}, 0
+    if args.resume:
+        args, done = resumed(args, given or set())
+        finished_runs = sum(len(rows) for rows in done.values())
+        print(f"resuming {args.resume}: {finished_runs} problem runs finished", flush=True)
+    output = check_all(args)
 
     from ppoor.codegen.benchmark import load_problems, shipped_problems
     from ppoor.codegen.executor import Executor
@@ -182,26 +225,12 @@ def main(args: Args, given: set[str] | None = None) -> None:
     from ppoor.codegen.sandbox import sandbox_or_exit
 
     folder = args.problems or shipped_problems()
-    split = args.split or ("all" if args.problems else "test")
     try:
         problems = load_problems(folder, "all")
         q_net, ckpt = load_planner(args.planner) if args.planner and not args.judge else (None, None)
     except ValueError as exc:
         fail([str(exc)])
-    if args.only:
-        unknown = sorted(set(args.only) - {p["name"] for p in problems})
-        if unknown:
-            fail([f"--only: no problem {', '.join(unknown)} in {folder}"])
-        kept = [p for p in problems if p["name"] in args.only]
-        print(f"--only: {len(kept)} of the {len(problems)} problems of {folder}", flush=True)
-    else:
-        kept = [p for p in problems if split in ("all", p["split"])]
-        if len(kept) < len(problems):
-            print(f"--split {split}: {len(kept)} of the {len(problems)} problems of {folder} "
-                  f"({len(problems) - len(kept)} of other splits left out)", flush=True)
-        if not kept:
-            fail([f"{folder} has no problem of split {split!r} (--split all runs every one)"])
-    problems = kept
+    problems = selected(args, problems, folder)
     if args.judge:
         sys.exit(judge(args, problems[0]))
 
@@ -209,17 +238,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng([args.seed, finished_runs])  # resumed: new draws
-
-    base_memory, embed, alpha = Memory(), None, 1.0
-    if ckpt is not None:
-        planner_dir = os.path.dirname(planner_file(args.planner))
-        base_memory = Memory.load(os.path.join(planner_dir, "memory.json"))
-        planner_args = copy.copy(args)
-        planner_args.embedder = ckpt["args"]["embedder"]
-        embed = make_embedder(planner_args, os.path.join(planner_dir, "embeddings.json"))
-        if problem := embedder_problem(ckpt, embed, f"--planner {args.planner}"):
-            fail([problem])
-        alpha = ckpt["args"]["alpha_end"]
+    base_memory, embed, alpha = planner_state(args, ckpt)
     sandbox = sandbox_or_exit(args.sandbox_seconds, args.sandbox_memory_mb)  # before the model loads
     action_llm, memory_llm = make_llms(args)
     retriever = Retriever.default(args.rag_docs)
@@ -228,12 +247,6 @@ def main(args: Args, given: set[str] | None = None) -> None:
 
     results, totals = {}, {}
     for method in args.methods:
-        memory = copy.deepcopy(base_memory)
-        memory_file = os.path.splitext(output)[0] + f".memory.{method}.json"
-        if args.online_memory and args.planner and done and os.path.exists(memory_file):
-            memory = Memory.load(memory_file)  # the lessons the interrupted run had distilled
-        executor = Executor(action_llm, memory_llm, sandbox, retriever, memory, args.max_tokens, args.temperature,
-                            rag_k=args.rag_k)
         allowed = torch.from_numpy(allowed_actions(method))
 
         def choose(texts, step, method=method, allowed=allowed):
@@ -243,33 +256,50 @@ def main(args: Args, given: set[str] | None = None) -> None:
                 return step % 3
             return sample_action(q_net, encode(embed, texts), alpha, rng, allowed)
 
-        rows = results[method] = list(done.get(method, []))
-        finished = {row["problem"] for row in rows}
-        for i, problem in enumerate(problems):
-            if problem["name"] in finished:
-                continue
-            start = time.perf_counter()
-            calls, tokens = executor.usage.calls, executor.usage.prompt_tokens + executor.usage.completion_tokens
-            episode = rollout(executor, problem, method, args.t_max, choose if method in PLANNED else None,
-                              learn_memory=args.online_memory)
-            last = episode.attempts[-1]
-            row = {"problem": problem["name"], **outcome(episode), "actions": [a.action for a in episode.attempts],
-                   "llm_calls": executor.usage.calls - calls,
-                   "tokens": executor.usage.prompt_tokens + executor.usage.completion_tokens - tokens,
-                   "seconds": time.perf_counter() - start, "feedback": truncate(last.feedback, 600)}
-            rows.append(row)
-            gap = "-" if last.gap is None else f"{100 * last.gap:.1f}%"
-            print(f"[{method} {i + 1}/{len(problems)}] {problem['name']}: success={episode.success} "
-                  f"ran={last.ran} gap={gap} steps={row['steps']} ({','.join(row['actions'])}) "
-                  f"{row['seconds']:.0f}s", flush=True)
-            if args.online_memory and args.planner:
-                memory.save(memory_file)
-            write_json(output, report(args, action_llm, memory_llm, problems, totals, results, finished=False))
+        def save(finished: bool) -> None:
+            write_json(output, report(args, action_llm, memory_llm, problems, totals, results, finished=finished))
+
+        memory_file = os.path.splitext(output)[0] + f".memory.{method}.json"
+        memory = copy.deepcopy(base_memory)
+        if args.online_memory and args.planner and done and os.path.exists(memory_file):
+            memory = Memory.load(memory_file)  # the lessons the interrupted run had distilled
+        executor = Executor(action_llm, memory_llm, sandbox, retriever, memory, args.max_tokens, args.temperature,
+                            rag_k=args.rag_k)  # fmt: skip
+        results[method] = list(done.get(method, []))
+        run_method(args, executor, method, problems, results[method], choose, memory_file, save)
+        rows = results[method]
         totals[method] = summarize(rows) | {key: sum(r[key] for r in rows) for key in ("llm_calls", "tokens", "seconds")}
 
     write_json(output, report(args, action_llm, memory_llm, problems, totals, results, finished=True))
     print(table(totals))
     print(f"results: {output}", flush=True)
+
+
+def run_method(args: Args, executor, method: str, problems: list[dict], rows: list, choose, memory_file: str,
+               save) -> None:  # fmt: skip
+    """Runs ``method`` on each problem that ``rows`` (its rows so far) lacks, appending a row per problem
+    and saving the results (``save``) after each, so that --resume goes on from there."""
+    finished = {row["problem"] for row in rows}
+    for i, problem in enumerate(problems):
+        if problem["name"] in finished:
+            continue
+        start = time.perf_counter()
+        calls, tokens = executor.usage.calls, executor.usage.prompt_tokens + executor.usage.completion_tokens
+        episode = rollout(executor, problem, method, args.t_max, choose if method in PLANNED else None,
+                          learn_memory=args.online_memory)  # fmt: skip
+        last = episode.attempts[-1]
+        row = {"problem": problem["name"], **outcome(episode), "actions": [a.action for a in episode.attempts],
+               "llm_calls": executor.usage.calls - calls,
+               "tokens": executor.usage.prompt_tokens + executor.usage.completion_tokens - tokens,
+               "seconds": time.perf_counter() - start, "feedback": truncate(last.feedback, 600)}  # fmt: skip
+        rows.append(row)
+        gap = "-" if last.gap is None else f"{100 * last.gap:.1f}%"
+        print(f"[{method} {i + 1}/{len(problems)}] {problem['name']}: success={episode.success} "
+              f"ran={last.ran} gap={gap} steps={row['steps']} ({','.join(row['actions'])}) "
+              f"{row['seconds']:.0f}s", flush=True)  # fmt: skip
+        if args.online_memory and args.planner:
+            executor.memory.save(memory_file)
+        save(finished=False)
 
 
 def report(args: Args, action_llm, memory_llm, problems: list[dict], totals: dict, results: dict, finished: bool) -> dict:

@@ -13,9 +13,7 @@ iteration plays one episode on each of --num-envs fresh maps; a transition is on
 train, and GAE runs over each train's own decisions.
 """
 
-import copy
 import os
-import random
 import sys
 import time
 from dataclasses import dataclass
@@ -31,7 +29,6 @@ from ppoor.railway.policy import POLICY_INPUTS, RailPolicy, mask_logits
 from ppoor.railway.tree import observe
 from ppoor.training import ppo
 from ppoor.training.runs import Run, given_fields
-from ppoor.training.runtime import keep_freed_memory
 
 
 @dataclass
@@ -145,26 +142,6 @@ class Args:
     to go on on larger maps"""
 
 
-def train_advantages(rewards, values, deciding, finished_after, last_values, gamma, lam) -> np.ndarray:
-    """GAE over each train's own decisions. rewards, values [S, B, T] (rewards earned after each
-    decision until the train's next one), deciding [S, B, T] bool, finished_after [S, B, T] bool (the
-    train's episode ended before its next decision: no bootstrap), last_values [B, T] (the critic at
-    the end, for trains cut off by the step limit) -> advantages [S, B, T] (0 where no decision)."""
-    advantages = np.zeros_like(rewards)
-    steps, envs, trains = rewards.shape
-    for b in range(envs):
-        for t in range(trains):
-            idx = np.flatnonzero(deciding[:, b, t])
-            next_value, running = last_values[b, t], 0.0
-            for k in reversed(idx):
-                bootstrap = 0.0 if finished_after[k, b, t] else next_value
-                delta = rewards[k, b, t] + gamma * bootstrap - values[k, b, t]
-                running = delta + (0.0 if finished_after[k, b, t] else gamma * lam * running)
-                advantages[k, b, t] = running
-                next_value = values[k, b, t]
-    return advantages
-
-
 def rollout(policy: RailPolicy, envs: list, rng: np.random.Generator, args: Args, teacher=None) -> dict:
     """One episode on a fresh map in each of ``envs``, all maps through the policy together at each
     decision step: actions sampled from the policy, or chosen by ``teacher`` (a ``railway.play`` rule)
@@ -231,7 +208,7 @@ def demonstrations(policy: RailPolicy, envs: list, rng: np.random.Generator, arg
             break
         roll = rollout(policy, envs, rng, args, teacher=shortest_path_rule)
         rewards = np.stack(roll["rewards"])
-        returns = train_advantages(rewards, np.zeros_like(rewards), np.stack(roll["deciding"]),
+        returns = ppo.gae_over_decisions(rewards, np.zeros_like(rewards), np.stack(roll["deciding"]),
                                    np.stack(roll["finished_after"]), np.zeros_like(roll["last_values"]), args.gamma, 1.0)  # fmt: skip
         found.append((roll, returns))
     return found
@@ -242,7 +219,7 @@ def training_batch(roll: dict, args: Args) -> dict:
     the advantages over each train's own decisions and the returns the value head learns."""
     deciding = np.stack(roll["deciding"])
     values = torch.stack(roll["values"]).numpy()
-    advantages = train_advantages(
+    advantages = ppo.gae_over_decisions(
         np.stack(roll["rewards"]), values, deciding, np.stack(roll["finished_after"]), roll["last_values"],
         args.gamma, args.gae_lambda,
     )  # fmt: skip
@@ -298,15 +275,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     args, ckpt = trainer.resolve_args(args, given)
     initial = trainer.initial_policy(args) if args.init_from and not ckpt else None  # fails in one line before any writing
 
-    # seeding
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    keep_freed_memory()
-    rng = np.random.default_rng(args.seed)
+    rng = trainer.seed_process(args)  # the maps' generator
 
     # env setup: one simulator per map, each playing one episode per iteration
     envs = [trainer.make_env(args) for _ in range(args.num_envs)]
@@ -320,21 +289,12 @@ def main(args: Args, given: set[str] | None = None) -> None:
     if ckpt:
         trainer.restore(ckpt, policy, optimizer, kept, rng)
     run = Run(args, f"flatland-{args.width}x{args.height}-{args.trains}__{args.exp_name}__{args.seed}", ckpt)
-    best = kept["best"]
     trainer.announce(run, args)
     if args.imitation_episodes and not ckpt:  # behaviour cloning of the layer's shortest-path rule
         figures = trainer.imitate(policy, demonstrations(policy, envs, rng, args, run.stop), args, run.stop)
         run.log("charts/imitation_agreement", figures["agreement"], step=0)
-    started = args.imitation_episodes or args.prior_weight or args.init_from
-    if started and not ckpt and args.eval_interval and not run.stop.requested:
-        result = trainer.evaluate(policy, args, run.stop)  # the imitated, residual or initial policy: kept if nothing beats it
-        best.update(arrival_rate=result["arrival_rate"], iteration=0, model=copy.deepcopy(policy.state_dict()))
-        print(f"start: validation arrival rate {result['arrival_rate']:.3f}", flush=True)
-    # --total-seconds bounds the whole run: the training stops early enough for the release data and the
-    # final evaluation, whose time is estimated from the rollouts' seconds per episode (the run's reserve)
-    final_episodes = args.eval_episodes + (
-        args.release_episodes + len(trainer.RELEASE_THRESHOLDS) * args.eval_episodes if args.release_episodes else 0
-    )
+    if not ckpt:  # the imitated, residual or initial policy is kept if nothing beats it
+        trainer.validate_start(policy, args, run, kept["best"])
 
     while run.going():
         run.iteration += 1
@@ -345,7 +305,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         roll = rollout(policy, envs, rng, args)
         b = training_batch(roll, args)  # advantages over each train's own decisions
         rollout_time = time.time() - rollout_start
-        run.reserve = rollout_time / args.num_envs * final_episodes
+        run.reserve = rollout_time / args.num_envs * trainer.final_episodes(args)  # --total-seconds leaves their time
         run.global_step += roll["decisions"]
         kept["episodes"] += args.num_envs
 
@@ -358,38 +318,12 @@ def main(args: Args, given: set[str] | None = None) -> None:
         lr = optimizer.param_groups[0]["lr"]
         line = trainer.log_iteration(run, args, envs, roll, stats, lr, (rollout_time, update_time))
         if args.eval_interval and run.iteration % args.eval_interval == 0 and not run.stop.requested:
-            result = trainer.evaluate(policy, args, run.stop)
-            for name, value in result.items():
-                run.log(f"eval/{name}", value)
-            line += (
-                f" eval/arrival_rate={result['arrival_rate']:.3f} eval/deadlock_rate={result['deadlock_rate']:.3f}"
-                f" eval/changed_decisions={result['changed_decisions']:.4f}"
-            )
-            if result["arrival_rate"] > best["arrival_rate"]:
-                best.update(arrival_rate=result["arrival_rate"], iteration=run.iteration,
-                            model=copy.deepcopy(policy.state_dict()))  # fmt: skip
+            line += trainer.validate(policy, args, run, kept["best"])
         print(line + run.progress(), flush=True)
         if run.checkpoint_due():
             run.save(trainer.training_state(policy, optimizer, config, rng, args, kept))
 
-    if run.stop.requested:
-        run.stopped(run.save(trainer.training_state(policy, optimizer, config, rng, args, kept)))
-    if args.keep_best and best["model"] is not None:
-        policy.load_state_dict(best["model"])
-        print(f"kept the policy of iteration {best['iteration']} (validation arrival {best['arrival_rate']:.3f})")
-    if args.release_episodes:
-        kept.update(trainer.learn_release(policy, args, rng, run.stop))
-    path = run.save(trainer.training_state(policy, optimizer, config, rng, args, kept))
-    result = trainer.evaluate(policy, args, run.stop) if args.eval_episodes and not run.stop.requested else {}
-    if result:
-        print(
-            f"final: {'sampled' if args.eval_sample else 'greedy'} policy on {args.eval_episodes} validation maps: arrival rate {result['arrival_rate']:.3f}, "
-            f"deadlock rate {result['deadlock_rate']:.3f}, normalized score {result['normalized_score']:.3f}; checkpoint {path}",
-            flush=True,
-        )
-    else:
-        print(f"final checkpoint: {path}", flush=True)
-    run.close()
+    trainer.finish(run, policy, optimizer, config, rng, args, kept)
 
 
 def cli() -> None:

@@ -14,7 +14,6 @@ shared baseline in PPO's clipped objective); ``--preset rlor`` is the paper's (c
 
 import math
 import os
-import random
 import sys
 import time
 from dataclasses import dataclass
@@ -29,7 +28,6 @@ from ppoor.models.distributed_norm import freeze_statistics
 from ppoor.search import allowed_starts, forced_actions
 from ppoor.training import options, parallel, ppo, routing
 from ppoor.training.runs import Run
-from ppoor.training.runtime import keep_freed_memory
 
 
 @dataclass
@@ -149,22 +147,6 @@ class Args:
 def parse_args(argv: list[str] | None = None) -> tuple[Args, set[str]]:
     """The command line over the defaults of the preset ``--preset`` names, and the fields given on it."""
     return options.parse_args(Args, sys.argv[1:] if argv is None else argv)
-
-
-def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
-                gamma: float, lam: float) -> torch.Tensor:  # fmt: skip
-    """Generalized advantage estimation over a rollout: rewards, values, dones [T, M, N] (dones[t]:
-    the trajectory terminated at step t), next_value [M, N] (the critic after the last step).
-    Unfinished episodes are bootstrapped with next_value, not treated as terminal."""
-    advantages = torch.zeros_like(rewards)
-    lastgaelam = torch.zeros_like(next_value)
-    for t in reversed(range(len(rewards))):
-        nextvalues = next_value if t == len(rewards) - 1 else values[t + 1]
-        nextnonterminal = (~dones[t]).float()
-        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
-        lastgaelam = delta + gamma * lam * nextnonterminal * lastgaelam
-        advantages[t] = lastgaelam
-    return advantages
 
 
 def ppo_loss(
@@ -293,14 +275,43 @@ def add_advantages(batch: dict, episode_return: np.ndarray, args: Args) -> None:
     [M, N] (the rollout holds whole episodes) against the mean of its instance's trajectories."""
     if args.baseline == "critic":
         values, next_value = batch["values"], batch.pop("next_value")
-        advantages = compute_gae(
-            batch.pop("rewards"), values, batch.pop("dones"), next_value, args.gamma, args.gae_lambda
-        )
+        advantages = ppo.gae(batch.pop("rewards"), values, batch.pop("dones"), next_value, args.gamma, args.gae_lambda)
         batch["advantages"], batch["returns"] = advantages, advantages + values
     else:
         returns = torch.as_tensor(episode_return, dtype=torch.float32, device=batch["actions"].device)
         advantages = routing.shared_advantages(returns, args.train_augment)
         batch["advantages"] = advantages.expand(len(batch["actions"]), -1, -1)
+
+
+def build_agent(args: Args, problem: str, init: dict | None, device: torch.device) -> Agent:
+    """The model to train: --init-from's weights where given, its batch norm frozen with --batch-norm frozen
+    (a resumed run's statistics are its checkpoint's, restored afterwards), its decode step compiled with --compile."""
+    agent = Agent(problem, distance_prior=args.distance_prior, encoder=args.encoder).to(device)
+    if init:
+        agent.load_state_dict(init["model"])
+    if args.batch_norm == "frozen":
+        freeze_statistics(agent)
+    if args.compile:
+        compile_step(agent)
+    return agent
+
+
+def finish(run: Run, agent: Agent, optimizer, envs, args: Args, validation: tuple) -> None:
+    """The end of a run: a stopped run's state, the final evaluation on ``validation`` (data, references),
+    the final checkpoint, and the data-parallel processes' agreement."""
+    if run.stop.requested:
+        run.stopped(run.save(routing.training_state(run, agent, optimizer, envs, args)))
+    if run.is_main and args.eval_interval:
+        results = run.log_all(routing.evaluate(agent, *validation))
+        print("final evaluation: " + " ".join(f"{tag}={value:.4f}" for tag, value in results.items()), flush=True)
+    path = run.save(routing.training_state(run, agent, optimizer, envs, args))
+    if run.world_size > 1:
+        parallel.report_parameter_agreement(agent, run.is_main)
+    if run.is_main:
+        print(f"final checkpoint: {path}", flush=True)
+    run.close()
+    envs.close()
+    parallel.finish_processes(run.world_size)
 
 
 def main(args: Args, given: set[str] | None = None) -> None:
@@ -312,28 +323,14 @@ def main(args: Args, given: set[str] | None = None) -> None:
     routing.check_processes(args, ckpt, world_size)
     chunk = routing.update_chunk(args, sizes, device)  # exits with one line if the run cannot fit in memory
 
-    # seeding: the same initial weights everywhere, then a stream of its own per process
-    random.seed(args.seed + rank)
-    np.random.seed(args.seed + rank)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    keep_freed_memory()  # glibc reuses freed host memory instead of page-faulting fresh pages
+    routing.seed_process(args, rank)  # the same initial weights everywhere, then a stream of its own per process
 
     # env setup: each process steps num_envs instances of its own
     envs = gym.make_vec(args.env_id, vectorization_mode="vector_entry_point", **routing.env_options(args))
     wrapper = StateWrapper(problem, device)
     val_data, val_references = routing.validation_set(args) if args.eval_interval and rank == 0 else (None, None)
 
-    agent = Agent(problem, distance_prior=args.distance_prior, encoder=args.encoder)
-    agent = agent.to(device)
-    if init:
-        agent.load_state_dict(init["model"])
-    if args.batch_norm == "frozen":  # (a resumed run's statistics are its checkpoint's: restored below)
-        freeze_statistics(agent)
-    if args.compile:
-        compile_step(agent)
+    agent = build_agent(args, problem, init, device)
     torch.manual_seed(args.seed + rank)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     next_obs, _ = envs.reset(seed=args.seed + rank)  # seeds the env's generator
@@ -385,19 +382,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         if run.checkpoint_due():
             run.save(routing.training_state(run, agent, optimizer, envs, args))
 
-    if run.stop.requested:
-        run.stopped(run.save(routing.training_state(run, agent, optimizer, envs, args)))
-    if run.is_main and args.eval_interval:
-        results = run.log_all(routing.evaluate(agent, val_data, val_references))
-        print("final evaluation: " + " ".join(f"{tag}={value:.4f}" for tag, value in results.items()), flush=True)
-    path = run.save(routing.training_state(run, agent, optimizer, envs, args))
-    if world_size > 1:
-        parallel.report_parameter_agreement(agent, run.is_main)
-    if run.is_main:
-        print(f"final checkpoint: {path}", flush=True)
-    run.close()
-    envs.close()
-    parallel.finish_processes(world_size)
+    finish(run, agent, optimizer, envs, args, (val_data, val_references))
 
 
 def cli() -> None:

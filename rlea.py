@@ -94,6 +94,24 @@ LIMITS = LLM_LIMITS | {
 }
 
 
+def learn(learner, args: Args, alpha: float, rng: np.random.Generator) -> float:
+    """--updates-per-episode soft Q-learning steps on minibatches of the replay buffer (none before
+    --learning-starts transitions), the target network following each by Polyak averaging (--tau);
+    returns their mean loss (NaN without any)."""
+    from ppoor.codegen.planner import soft_q_update
+
+    losses = []
+    for _ in range(args.updates_per_episode if learner.buffer.size >= max(1, args.learning_starts) else 0):
+        batch = learner.buffer.sample(args.batch_size, rng)
+        losses.append(soft_q_update(learner.q_net, learner.target_net, learner.optimizer, batch, alpha, args.gamma,
+                                    args.max_grad_norm))  # fmt: skip
+        learner.gradient_steps += 1
+        with torch.no_grad():
+            for p, tp in zip(learner.q_net.parameters(), learner.target_net.parameters(), strict=True):
+                tp.mul_(1 - args.tau).add_(args.tau * p)
+    return float(np.mean(losses)) if losses else math.nan
+
+
 def main(args: Args, given: set[str] | None = None) -> None:
     """Trains the planner; ``given``: the fields given on the command line (``training.runs.given_fields``)."""
     args, ckpt = resolve_args(args, given, LIMITS)
@@ -101,7 +119,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     from ppoor.codegen.episodes import rollout
     from ppoor.codegen.executor import Executor
     from ppoor.codegen.memory import Memory
-    from ppoor.codegen.planner import Learner, alpha_at, sample_action, soft_q_update
+    from ppoor.codegen.planner import Learner, alpha_at, sample_action
     from ppoor.codegen.rag import Retriever
     from ppoor.codegen.sandbox import sandbox_or_exit
 
@@ -130,20 +148,9 @@ def main(args: Args, given: set[str] | None = None) -> None:
         print(f"resuming {run.dir} at episode {run.global_step}", flush=True)
     sandbox = sandbox_or_exit(args.sandbox_seconds, args.sandbox_memory_mb)  # before the model loads
     action_llm, memory_llm = make_llms(args)
-    executor = Executor(
-        action_llm,
-        memory_llm,
-        sandbox,
-        Retriever.default(args.rag_docs),
-        memory,
-        args.max_tokens,
-        args.temperature,
-        rag_k=args.rag_k,
-    )
-    print(
-        f"action model: {action_llm.name}; memory model: {memory_llm.name}; sandbox: {executor.sandbox.isolation}",
-        flush=True,
-    )
+    executor = Executor(action_llm, memory_llm, sandbox, Retriever.default(args.rag_docs), memory, args.max_tokens,
+                        args.temperature, rag_k=args.rag_k)  # fmt: skip
+    print(f"action model: {action_llm.name}; memory model: {memory_llm.name}; sandbox: {sandbox.isolation}", flush=True)
 
     recent = []
     while run.going():
@@ -159,16 +166,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
             learner.buffer.add(encode(embed, state), action, reward, encode(embed, next_state), done)
 
         # soft Q-learning on the replay buffer, the target network following by Polyak averaging
-        losses = []
-        for _ in range(args.updates_per_episode if learner.buffer.size >= max(1, args.learning_starts) else 0):
-            batch = learner.buffer.sample(args.batch_size, rng)
-            losses.append(soft_q_update(learner.q_net, learner.target_net, learner.optimizer, batch, alpha, args.gamma,
-                                        args.max_grad_norm))  # fmt: skip
-            learner.gradient_steps += 1
-            with torch.no_grad():
-                for p, tp in zip(learner.q_net.parameters(), learner.target_net.parameters(), strict=True):
-                    tp.mul_(1 - args.tau).add_(args.tau * p)
-        loss = float(np.mean(losses)) if losses else math.nan
+        loss = learn(learner, args, alpha, rng)
 
         run.iteration = run.global_step = run.global_step + 1
         run.tick()
@@ -183,9 +181,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
         run.stopped(save_run(run, learner, args, totals, embed, memory))
     path = save_run(run, learner, args, totals, embed, memory)
     run.close()
-    print(
-        f"planner: {path}; memory: {os.path.join(run.dir, 'memory.json')} ({len(memory.lessons)} lessons)", flush=True
-    )
+    print(f"planner: {path}; memory: {os.path.join(run.dir, 'memory.json')} ({len(memory.lessons)} lessons)", flush=True)
 
 
 def cli() -> None:

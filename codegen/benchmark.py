@@ -120,6 +120,45 @@ def seed_of(name: str, probe: bool) -> int:
     return SEED * 1000 + zlib.crc32(f"{name}:{int(probe)}".encode()) % 100_000
 
 
+def time_windows(inst: dict, fams: set[str], rng: np.random.Generator, tight: float, service: list[int],
+                 far: int) -> list[list[int]]:  # fmt: skip
+    """``generate_instance``'s time windows [earliest, latest] per node for instance ``inst`` so far: for a
+    TSP around a nearest-neighbour tour's times (one vehicle can meet them), else each customer's window
+    reachable from a depot and back by the day's end, a delivery's after its pickup. ``far``: the farthest
+    customer's distance from any depot."""
+    distance, depots = np.asarray(inst["distance"]), inst["depots"]
+    n, pd = len(distance), "pickup_delivery" in fams
+    customers = list(range(len(depots), n))
+    if "tsp" in fams:  # windows around a nearest-neighbour tour's times, so one vehicle can
+        tour, t, arrival = [0], 0, {}
+        while len(tour) < n:
+            here = tour[-1]
+            nxt = min((c for c in customers if c not in arrival), key=lambda c: distance[here, c])
+            t += service[here] + int(distance[here, nxt])
+            arrival[nxt] = t
+            tour.append(nxt)
+        horizon = t + service[tour[-1]] + int(distance[tour[-1], 0]) + 100
+        windows = [[0, horizon] for _ in range(n)]
+        for c in customers:
+            early, late = (int(tight * rng.integers(10, 61)) for _ in range(2))
+            windows[c] = [max(0, arrival[c] - early), arrival[c] + late]
+        return windows
+    else:
+        horizon = int(max(400, 3 * far + 100) * (1.2 if pd else 0.7))
+        windows = [[0, horizon] for _ in range(n)]
+        for c in customers:
+            back = min(int(distance[c, depots].min()), horizon)
+            reach = int(distance[depots, c].min())
+            width = max(10, int(tight * rng.integers(40, 121)))
+            latest = max(reach, horizon - back - service[c] - width)
+            start = int(rng.integers(reach, latest + 1))
+            windows[c] = [start, min(start + width, horizon - back - service[c])]
+        for p, q in inst.get("pickup_delivery_pairs", []):  # a delivery is due after its pickup, by the day's end
+            opens = windows[p][0] + service[p] + int(distance[p, q])
+            windows[q] = [opens, max(opens, horizon - int(distance[q, depots].min()) - service[q])]
+        return windows
+
+
 def generate_instance(families: list[str], rng: np.random.Generator, tight: float = 1.0) -> dict:
     """A random instance of 10-20 nodes with every key the families need. ``tight`` < 1 shrinks
     capacities, limits and windows (the probing instance tightens until each constraint binds)."""
@@ -175,34 +214,8 @@ def generate_instance(families: list[str], rng: np.random.Generator, tight: floa
         if "time_windows" not in fams:
             need = (sum(service) + 2 * sum(int(distance[depots].min(axis=0)[c]) for c in customers)) / vehicles
             inst["max_route_duration"] = max(2 * far + max(service) + 1, int(tight**2 * 0.8 * need))
-    if "time_windows" in fams and tsp:  # windows around a nearest-neighbour tour's times, so one vehicle can
-        tour, t, arrival = [0], 0, {}
-        while len(tour) < n:
-            here = tour[-1]
-            nxt = min((c for c in customers if c not in arrival), key=lambda c: distance[here, c])
-            t += service[here] + int(distance[here, nxt])
-            arrival[nxt] = t
-            tour.append(nxt)
-        horizon = t + service[tour[-1]] + int(distance[tour[-1], 0]) + 100
-        windows = [[0, horizon] for _ in range(n)]
-        for c in customers:
-            early, late = (int(tight * rng.integers(10, 61)) for _ in range(2))
-            windows[c] = [max(0, arrival[c] - early), arrival[c] + late]
-        inst["time_windows"] = windows
-    elif "time_windows" in fams:
-        horizon = int(max(400, 3 * far + 100) * (1.2 if pd else 0.7))
-        windows = [[0, horizon] for _ in range(n)]
-        for c in customers:
-            back = min(int(distance[c, depots].min()), horizon)
-            reach = int(distance[depots, c].min())
-            width = max(10, int(tight * rng.integers(40, 121)))
-            latest = max(reach, horizon - back - service[c] - width)
-            start = int(rng.integers(reach, latest + 1))
-            windows[c] = [start, min(start + width, horizon - back - service[c])]
-        for p, q in inst.get("pickup_delivery_pairs", []):  # a delivery is due after its pickup, by the day's end
-            opens = windows[p][0] + service[p] + int(distance[p, q])
-            windows[q] = [opens, max(opens, horizon - int(distance[q, depots].min()) - service[q])]
-        inst["time_windows"] = windows
+    if "time_windows" in fams:
+        inst["time_windows"] = time_windows(inst, fams, rng, tight, service, far)
     if "prize" in fams:
         penalty = [0] * n
         for c in customers:
@@ -222,48 +235,9 @@ INSTANCE_KEYS = {
 }
 
 
-def describe(families: list[str], instance: dict) -> str:
-    """The problem in words, as a practitioner would write it: fleet, objective, every constraint
-    with its units, and the keys of ``instance`` that hold each piece of data."""
-    fams = set(families)
-    n, depots = len(instance["distance"]), instance["depots"]
-    k = instance["num_vehicles"]
-    time_objective = instance.get("objective") == "time" and "service_time" in fams
+def constraint_lines(fams: set[str], instance: dict) -> list[str]:
+    """``describe``'s sentences for each constraint of the families ``fams``, with its units and keys."""
     lines = []
-    if "tsp" in fams:
-        lines.append(
-            f"One vehicle leaves depot node 0 and visits customers (nodes 1..{n - 1}) before returning to the depot."
-        )
-    elif "multi_depot" in fams:
-        lines.append(
-            f"A fleet of {k} vehicles serves customers from {len(depots)} depots (nodes {depots}). Vehicle k is "
-            "based at depot instance['vehicle_depots'][k]: it starts there and "
-            + ("does not need to come back (open routes)." if "open" in fams else "must return there.")
-            + (f" Customers are the nodes {len(depots)}..{n - 1}" if depots == list(range(len(depots)))
-               else " Customers are the other nodes") + "; a depot is never visited as a customer."
-        )
-    else:
-        lines.append(
-            f"A fleet of {k} vehicles (instance['num_vehicles']) is based at depot node 0 and serves customers "
-            f"(nodes 1..{n - 1}). "
-            + ("Routes are open: a vehicle ends at its last customer and does not return to the depot, "
-               "and the return trip is not counted." if "open" in fams else "Every route returns to the depot.")
-        )
-    lines.append(
-        "Travelling from node i to node j takes instance['distance'][i][j] kilometres (an integer matrix)"
-        + (", and as many minutes." if fams & {"time_windows", "service_time"} else ".")
-    )
-    if "prize" in fams:
-        lines.append(
-            "Visiting a customer is optional, but each customer left unvisited costs its penalty "
-            "instance['penalty'][i]. Minimise the total "
-            + ("time (driving plus service)" if time_objective else "distance travelled")
-            + " plus the penalties of the unvisited customers."
-        )
-    else:
-        lines.append("Every customer must be visited exactly once. " + (
-            "Minimise the total time of all vehicles: driving plus service (waiting is not counted)."
-            if time_objective else "Minimise the total distance travelled by all vehicles."))
     if "capacity" in fams and "pickup_delivery" not in fams:
         lines.append(
             "Capacity: customer i needs instance['demand'][i] units of goods; the goods delivered on one route "
@@ -320,6 +294,52 @@ def describe(families: list[str], instance: dict) -> str:
             "instance['unload_time'] minutes from its return; no depot may dispatch or receive more vehicles at once "
             "than it has docks. A vehicle may wait anywhere, so it may be back later than it could be."
         )
+    return lines
+
+
+def describe(families: list[str], instance: dict) -> str:
+    """The problem in words, as a practitioner would write it: fleet, objective, every constraint
+    with its units, and the keys of ``instance`` that hold each piece of data."""
+    fams = set(families)
+    n, depots = len(instance["distance"]), instance["depots"]
+    k = instance["num_vehicles"]
+    time_objective = instance.get("objective") == "time" and "service_time" in fams
+    lines = []
+    if "tsp" in fams:
+        lines.append(
+            f"One vehicle leaves depot node 0 and visits customers (nodes 1..{n - 1}) before returning to the depot."
+        )
+    elif "multi_depot" in fams:
+        lines.append(
+            f"A fleet of {k} vehicles serves customers from {len(depots)} depots (nodes {depots}). Vehicle k is "
+            "based at depot instance['vehicle_depots'][k]: it starts there and "
+            + ("does not need to come back (open routes)." if "open" in fams else "must return there.")
+            + (f" Customers are the nodes {len(depots)}..{n - 1}" if depots == list(range(len(depots)))
+               else " Customers are the other nodes") + "; a depot is never visited as a customer."
+        )
+    else:
+        lines.append(
+            f"A fleet of {k} vehicles (instance['num_vehicles']) is based at depot node 0 and serves customers "
+            f"(nodes 1..{n - 1}). "
+            + ("Routes are open: a vehicle ends at its last customer and does not return to the depot, "
+               "and the return trip is not counted." if "open" in fams else "Every route returns to the depot.")
+        )
+    lines.append(
+        "Travelling from node i to node j takes instance['distance'][i][j] kilometres (an integer matrix)"
+        + (", and as many minutes." if fams & {"time_windows", "service_time"} else ".")
+    )
+    if "prize" in fams:
+        lines.append(
+            "Visiting a customer is optional, but each customer left unvisited costs its penalty "
+            "instance['penalty'][i]. Minimise the total "
+            + ("time (driving plus service)" if time_objective else "distance travelled")
+            + " plus the penalties of the unvisited customers."
+        )
+    else:
+        lines.append("Every customer must be visited exactly once. " + (
+            "Minimise the total time of all vehicles: driving plus service (waiting is not counted)."
+            if time_objective else "Minimise the total distance travelled by all vehicles."))
+    lines += constraint_lines(fams, instance)
     lines.append(
         "Return the objective value and, for each vehicle k, the list of nodes of its route in order, starting at "
         "its depot" + ("" if "open" in fams else " and ending at that depot") + " ([] for an unused vehicle)"

@@ -266,18 +266,30 @@ def droc_instance(parts: set[str], params: dict) -> tuple[list[str], dict, str]:
     if "PDP" in parts:
         instance["pickup_delivery_pairs"] = [[p + shift, q + shift] for p, q in params["pickups_deliveries"]]
     notes = VIRTUAL_DEPOT if "O" in parts else ""
-    if "C" in parts and (loaded := [v for v in instance["depots"] if instance["demand"][v]]):
-        capacity = per_vehicle(instance["capacity"], len(vehicle_depots))
-        for depot in loaded:
-            based = [k for k, v in enumerate(vehicle_depots) if v == depot]
-            if len(based) != 1:
-                raise ValueError(f"demands at depot {depot}, the base of {len(based)} vehicles (whose load is it?)")
-            demand, instance["demand"][depot] = instance["demand"][depot], 0
-            capacity[based[0]] -= demand
-            notes += (f" Node {depot} is vehicle {based[0]}'s depot and has a demand of {demand}, loaded on that "
-                      f"vehicle: its capacity, {capacity[based[0]]}, is what is left for customers.")  # fmt: skip
-        instance["capacity"] = capacity
+    if "C" in parts:
+        notes += load_depot_demands(instance)
     return families, instance, notes
+
+
+def load_depot_demands(instance: dict) -> str:
+    """Moves a demand at a depot (DRoC's fleets start at customers) onto the one vehicle based there, as
+    OR-Tools counts it: that vehicle's capacity is reduced by it (``instance`` is changed); returns what
+    the description must say. A depot of several vehicles with a demand is refused (ValueError)."""
+    notes, vehicle_depots = "", instance["vehicle_depots"]
+    loaded = [v for v in instance["depots"] if instance["demand"][v]]
+    if not loaded:
+        return notes
+    capacity = per_vehicle(instance["capacity"], len(vehicle_depots))
+    for depot in loaded:
+        based = [k for k, v in enumerate(vehicle_depots) if v == depot]
+        if len(based) != 1:
+            raise ValueError(f"demands at depot {depot}, the base of {len(based)} vehicles (whose load is it?)")
+        demand, instance["demand"][depot] = instance["demand"][depot], 0
+        capacity[based[0]] -= demand
+        notes += (f" Node {depot} is vehicle {based[0]}'s depot and has a demand of {demand}, loaded on that "
+                  f"vehicle: its capacity, {capacity[based[0]]}, is what is left for customers.")  # fmt: skip
+    instance["capacity"] = capacity
+    return notes
 
 
 def code_parts(code: str) -> set[str] | None:

@@ -32,6 +32,69 @@ class Proof:
     routes: list[list[int]] | None = None
 
 
+def leg(instance: dict, closed: bool, i: int, j: int) -> int:
+    """The cost of driving i -> j (an open route's return to a depot is free)."""
+    return 0 if not closed and j in instance["depots"] else instance["distance"][i][j]
+
+
+def add_pickup_delivery(model, instance: dict, fams: set[str], k: int, arcs: dict, home: int, visit: dict) -> None:
+    """Vehicle k's pickups before their deliveries on the same vehicle: the position on the route orders the
+    stops; with capacity the load after each stop stays within it (``arcs``: (i, j) -> literal of its arcs)."""
+    n, vehicles = len(instance["distance"]), instance["num_vehicles"]
+    nodes = [home, *(c for c in range(n) if c not in set(instance["depots"]))]
+    position = {i: model.NewIntVar(0, n, f"p{k}_{i}") for i in nodes}
+    model.Add(position[home] == 0)
+    load = {i: model.NewIntVar(0, per_vehicle(instance.get("capacity", 0), vehicles)[k]
+                               if "capacity" in fams else 0, f"l{k}_{i}") for i in nodes}  # fmt: skip
+    model.Add(load[home] == 0)
+    for (i, j), lit in arcs.items():
+        if j != home:
+            model.Add(position[j] == position[i] + 1).OnlyEnforceIf(lit)
+            if "capacity" in fams:
+                model.Add(load[j] == load[i] + instance["demand"][j]).OnlyEnforceIf(lit)
+    for p, q in instance["pickup_delivery_pairs"]:
+        model.Add(visit[k, p] == visit[k, q])
+        model.Add(position[p] < position[q]).OnlyEnforceIf(visit[k, p])
+
+
+def add_times(model, instance: dict, fams: set[str], k: int, arcs: dict, home: int, skip_home, service: list[int],
+              horizon: int) -> None:  # fmt: skip
+    """Vehicle k's service start at each node (its departure at the depot) and its end: each arc taken
+    takes the service and the drive; the windows, the depot's and the duration limit hold."""
+    n, closed = len(instance["distance"]), "open" not in fams
+    customers = [c for c in range(n) if c not in set(instance["depots"])]
+    nodes, windows = [home, *customers], instance["time_windows"] if "time_windows" in fams else None
+
+    start = {i: model.NewIntVar(0, horizon, f"t{k}_{i}") for i in nodes}  # service start; depot: departure
+    end = model.NewIntVar(0, horizon, f"e{k}")  # back at the depot, or the last service's end
+    for (i, j), lit in arcs.items():
+        target = end if j == home else start[j]
+        model.Add(target >= start[i] + service[i] + leg(instance, closed, i, j)).OnlyEnforceIf(lit)
+    if windows:
+        for c in customers:
+            model.Add(start[c] >= windows[c][0])
+            model.Add(start[c] <= windows[c][1])
+        model.Add(start[home] >= windows[home][0])
+        model.Add(start[home] <= windows[home][1])
+        if closed and instance.get("depot_window") != "departure":
+            model.Add(end <= windows[home][1]).OnlyEnforceIf(skip_home.Not())
+    else:
+        model.Add(start[home] == 0)
+    if "max_route_duration" in instance:
+        model.Add(end - start[home] <= instance["max_route_duration"]).OnlyEnforceIf(skip_home.Not())
+
+
+def route_of(solver, arcs: dict, home: int, closed: bool) -> list[int]:
+    """A vehicle's route in the solution: from ``home`` along the arcs whose literal is true (``arcs``:
+    (i, j) -> literal), back home when routes are closed; [] for an unused vehicle."""
+    successor = {i: j for (i, j), lit in arcs.items() if solver.BooleanValue(lit)}
+    route, here = [home], successor.get(home)
+    while here is not None and here != home:
+        route.append(here)
+        here = successor[here]
+    return [] if len(route) == 1 else route + ([home] if closed else [])
+
+
 def prove(instance: dict, families: list[str], seconds: float, workers: int = 1) -> Proof:
     """Solve ``instance`` of ``families`` exactly with CP-SAT within ``seconds`` on ``workers``."""
     from ortools.sat.python import cp_model
@@ -49,9 +112,6 @@ def prove(instance: dict, families: list[str], seconds: float, workers: int = 1)
     windows = instance["time_windows"] if "time_windows" in fams else None
     timed = windows is not None or "service_time" in fams or "max_route_duration" in instance
     horizon = (max(w[1] for w in windows) if windows else 0) + sum(map(max, d)) + sum(service)
-
-    def leg(i: int, j: int) -> int:  # the cost of driving i -> j (an open route's return is free)
-        return 0 if not closed and j in depots else d[i][j]
 
     model = cp_model.CpModel()
     visit = {}  # (k, c) -> vehicle k serves customer c
@@ -72,7 +132,7 @@ def prove(instance: dict, families: list[str], seconds: float, workers: int = 1)
             model.AddImplication(visit[k, c], skip_home.Not())
         model.AddCircuit(circuit)
         arcs_of.append(arcs)
-        cost += [(leg(i, j) + (service[i] if time_cost else 0)) * lit for (i, j), lit in arcs.items()]
+        cost += [(leg(instance, closed, i, j) + (service[i] if time_cost else 0)) * lit for (i, j), lit in arcs.items()]
         if "capacity" in fams and "pickup_delivery" not in fams:
             cap = per_vehicle(instance["capacity"], vehicles)[k]
             model.Add(sum(instance["demand"][c] * visit[k, c] for c in customers) <= cap)
@@ -80,39 +140,11 @@ def prove(instance: dict, families: list[str], seconds: float, workers: int = 1)
             cap = per_vehicle(instance["volume_capacity"], vehicles)[k]
             model.Add(sum(instance["volume"][c] * visit[k, c] for c in customers) <= cap)
         if "distance_limit" in fams:
-            model.Add(sum(leg(i, j) * lit for (i, j), lit in arcs.items()) <= instance["max_route_distance"])
-        if "pickup_delivery" in fams:  # the position on the route orders the stops; the load after each
-            position = {i: model.NewIntVar(0, n, f"p{k}_{i}") for i in nodes}
-            model.Add(position[home] == 0)
-            load = {i: model.NewIntVar(0, per_vehicle(instance.get("capacity", 0), vehicles)[k]
-                                       if "capacity" in fams else 0, f"l{k}_{i}") for i in nodes}  # fmt: skip
-            model.Add(load[home] == 0)
-            for (i, j), lit in arcs.items():
-                if j != home:
-                    model.Add(position[j] == position[i] + 1).OnlyEnforceIf(lit)
-                    if "capacity" in fams:
-                        model.Add(load[j] == load[i] + instance["demand"][j]).OnlyEnforceIf(lit)
-            for p, q in instance["pickup_delivery_pairs"]:
-                model.Add(visit[k, p] == visit[k, q])
-                model.Add(position[p] < position[q]).OnlyEnforceIf(visit[k, p])
+            model.Add(sum(leg(instance, closed, i, j) * lit for (i, j), lit in arcs.items()) <= instance["max_route_distance"])
+        if "pickup_delivery" in fams:
+            add_pickup_delivery(model, instance, fams, k, arcs, home, visit)
         if timed:
-            start = {i: model.NewIntVar(0, horizon, f"t{k}_{i}") for i in nodes}  # service start; depot: departure
-            end = model.NewIntVar(0, horizon, f"e{k}")  # back at the depot, or the last service's end
-            for (i, j), lit in arcs.items():
-                target = end if j == home else start[j]
-                model.Add(target >= start[i] + service[i] + leg(i, j)).OnlyEnforceIf(lit)
-            if windows:
-                for c in customers:
-                    model.Add(start[c] >= windows[c][0])
-                    model.Add(start[c] <= windows[c][1])
-                model.Add(start[home] >= windows[home][0])
-                model.Add(start[home] <= windows[home][1])
-                if closed and instance.get("depot_window") != "departure":
-                    model.Add(end <= windows[home][1]).OnlyEnforceIf(skip_home.Not())
-            else:
-                model.Add(start[home] == 0)
-            if "max_route_duration" in instance:
-                model.Add(end - start[home] <= instance["max_route_duration"]).OnlyEnforceIf(skip_home.Not())
+            add_times(model, instance, fams, k, arcs, home, skip_home, service, horizon)
     for c in customers:
         served = sum(visit[k, c] for k in range(vehicles))
         if "prize" in fams:
@@ -129,14 +161,7 @@ def prove(instance: dict, families: list[str], seconds: float, workers: int = 1)
         return Proof("infeasible")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return Proof("unknown")
-    routes = []
-    for k in range(vehicles):
-        successor = {i: j for (i, j), lit in arcs_of[k].items() if solver.BooleanValue(lit)}
-        route, here = [homes[k]], successor.get(homes[k])
-        while here is not None and here != homes[k]:
-            route.append(here)
-            here = successor[here]
-        routes.append([] if len(route) == 1 else route + ([homes[k]] if closed else []))
+    routes = [route_of(solver, arcs, home, closed) for arcs, home in zip(arcs_of, homes, strict=True)]
     # every cost is an integer; CP-SAT reports the objective as a double (1 came back as 0.9999999999999998
     # with the prizes' constant term)
     return Proof("optimal" if status == cp_model.OPTIMAL else "unknown", round(solver.ObjectiveValue()), routes)

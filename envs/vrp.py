@@ -306,6 +306,33 @@ def single_trips(static: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return dist, latest, length, alone
 
 
+def check_demands_and_times(out: dict) -> None:
+    """``check_vrp_instances``' checks of the demands (one of linehaul or backhaul per customer, within the
+    capacity), the time windows, the service times and the length limits of read arrays ``out``."""
+    linehaul, backhaul = out["demand_linehaul"], out["demand_backhaul"]
+    if (linehaul < 0).any() or (backhaul < 0).any():
+        raise ValueError("demands must not be negative")
+    if (linehaul > 1 + TOLERANCE).any() or (backhaul > 1 + TOLERANCE).any():
+        raise ValueError("a demand above 1: a customer demands more than the vehicle capacity")
+    both = (linehaul > 0) == (backhaul > 0)
+    if both.any():
+        b, i = np.argwhere(both)[0]
+        raise ValueError(
+            f"customer {i + 1} of instance {b} has {'both' if linehaul[b, i] > 0 else 'neither'} a linehaul and a"
+            " backhaul demand; each customer has exactly one of them"
+        )
+    windows, service = out["time_windows"], out["service_time"]
+    if (windows[..., 0] < 0).any() or not np.isfinite(windows[..., 0]).all():
+        raise ValueError("'time_windows' opening times must be finite and not negative")
+    if (windows[..., 0] > windows[..., 1]).any():
+        b, i = np.argwhere(windows[..., 0] > windows[..., 1])[0]
+        raise ValueError(f"'time_windows' of node {i} (depots first) in instance {b} opens after it closes")
+    if (service < 0).any():
+        raise ValueError("'service_time' must not be negative")
+    if (out["distance_limit"] <= 0).any():
+        raise ValueError("'distance_limit' must be positive (inf for no limit)")
+
+
 def check_vrp_instances(instances: dict, num_instances: int | None = None, num_nodes: int | None = None) -> dict:
     """Validates a batch of multi-task VRP instances (the arrays of ``STATIC_KEYS``) and returns them
     as float64 arrays (``open_route`` bool) with k >= 1 depots.
@@ -366,28 +393,7 @@ def check_vrp_instances(instances: dict, num_instances: int | None = None, num_n
             raise ValueError(f"{key!r} must lie in the unit square [0, 1]^2; normalise the coordinates first")
     if not np.isin(out["backhaul_class"], (1, 2)).all():
         raise ValueError("'backhaul_class' must be 1 (classic: linehauls before backhauls) or 2 (mixed)")
-    linehaul, backhaul = out["demand_linehaul"], out["demand_backhaul"]
-    if (linehaul < 0).any() or (backhaul < 0).any():
-        raise ValueError("demands must not be negative")
-    if (linehaul > 1 + TOLERANCE).any() or (backhaul > 1 + TOLERANCE).any():
-        raise ValueError("a demand above 1: a customer demands more than the vehicle capacity")
-    both = (linehaul > 0) == (backhaul > 0)
-    if both.any():
-        b, i = np.argwhere(both)[0]
-        raise ValueError(
-            f"customer {i + 1} of instance {b} has {'both' if linehaul[b, i] > 0 else 'neither'} a linehaul and a"
-            " backhaul demand; each customer has exactly one of them"
-        )
-    windows, service = out["time_windows"], out["service_time"]
-    if (windows[..., 0] < 0).any() or not np.isfinite(windows[..., 0]).all():
-        raise ValueError("'time_windows' opening times must be finite and not negative")
-    if (windows[..., 0] > windows[..., 1]).any():
-        b, i = np.argwhere(windows[..., 0] > windows[..., 1])[0]
-        raise ValueError(f"'time_windows' of node {i} (depots first) in instance {b} opens after it closes")
-    if (service < 0).any():
-        raise ValueError("'service_time' must not be negative")
-    if (out["distance_limit"] <= 0).any():
-        raise ValueError("'distance_limit' must be positive (inf for no limit)")
+    check_demands_and_times(out)
     *_, alone = single_trips(out)
     unserved = ~alone.any(1)
     if unserved.any():

@@ -165,6 +165,25 @@ class Reservations:
                 del self.by_cell[cell][plan.start + k]
 
 
+def first_states(track: Track, handle: int, t0: int, at, ready: int, safe) -> tuple[list, tuple | None]:
+    """``search``'s first states, as (state, step, estimate to go), and the origin state of a train on the
+    map (None off it): off the map, its start cell in each safe interval (``safe``: cell -> intervals) that
+    ends after it may enter; on it, its cell's interval around t0, where it holds its cell until ``ready``."""
+    k, row = track.cell_steps[handle], 4 * track.env.width
+    dist = track.flat_distances(handle)
+    if at is None:
+        (cell, heading), enter_from = track.starts[handle], max(ready, track.earliest[handle])
+        h = k * dist[cell[0] * row + cell[1] * 4 + heading]
+        return [((cell, heading, first, last), max(first, enter_from), h)
+                for first, last in safe(cell) if last >= enter_from], None  # fmt: skip
+    (cell, heading), h = at, k * dist[at[0][0] * row + at[0][1] * 4 + at[1]]
+    # t0 itself may be taken (a replan after the simulator departed from the plan): then it may wait
+    # on only into a run of free steps from t0 + 1, or move on; it must hold its cell until ``ready``
+    first, last = next(((a, b) for a, b in safe(cell) if a <= t0 + 1 and t0 <= b), (t0, t0))
+    origin = (cell, heading, first, last)
+    return ([(origin, t0, max(h + ready - t0 - k, 0))] if ready - 1 <= last else []), origin
+
+
 def search(
     track: Track, book: Reservations, handle: int, t0: int, at, limit: int, ready: int | None = None
 ) -> Plan | None:
@@ -190,7 +209,7 @@ def search(
             runs = intervals[cell] = book.safe_intervals(cell, handle)
         return runs
 
-    tie, origin = itertools.count(), None
+    tie = itertools.count()
     reached: dict = {}  # (cell, heading, safe interval's first, last step) -> (step reached, parent state, step left)
     frontier: list = []
 
@@ -199,20 +218,9 @@ def search(
             reached[state] = (t, parent, left)
             heapq.heappush(frontier, (t + h, -t, next(tie), state, t))
 
-    if at is None:
-        (cell, heading), enter_from = track.starts[handle], max(ready, track.earliest[handle])
-        h = k * dist[cell[0] * row + cell[1] * 4 + heading]
-        for first, last in safe(cell):  # it may wait off the map for any interval of its start cell
-            if last >= enter_from:
-                push((cell, heading, first, last), max(first, enter_from), h, None, None)
-    else:
-        (cell, heading), h = at, k * dist[at[0][0] * row + at[0][1] * 4 + at[1]]
-        # t0 itself may be taken (a replan after the simulator departed from the plan): then it may wait
-        # on only into a run of free steps from t0 + 1, or move on; it must hold its cell until ``ready``
-        first, last = next(((a, b) for a, b in safe(cell) if a <= t0 + 1 and t0 <= b), (t0, t0))
-        origin = (cell, heading, first, last)
-        if ready - 1 <= last:
-            push(origin, t0, max(h + ready - t0 - k, 0), None, None)
+    starts, origin = first_states(track, handle, t0, at, ready, safe)
+    for state, t, h in starts:
+        push(state, t, h, None, None)
     expanded = 0
     while frontier and expanded < limit:
         _, _, _, state, t = heapq.heappop(frontier)
@@ -576,6 +584,18 @@ def initial_plans(track: Track, ordering: str, allowance: Allowance, rng: np.ran
     return best_plans(track, orders(), allowance, rng)
 
 
+def check_budget(ordering: str, seconds: float, step_seconds: float, searches: int | None) -> None:
+    """``play_planner``'s ordering and planning budget, refused in one line (ValueError) where they cannot work."""
+    if ordering not in ORDERINGS:
+        raise ValueError(f"ordering must be one of {', '.join(ORDERINGS)}, got {ordering!r}")
+    if not seconds > 0:
+        raise ValueError(f"the planning time must be positive, got {seconds}")
+    if not step_seconds > 0:
+        raise ValueError(f"the planning time per step must be positive, got {step_seconds}")
+    if searches is not None and searches < 10:
+        raise ValueError(f"the planning searches must be at least 10 (a tenth of them a step), got {searches}")
+
+
 def play_planner(
     env,
     ordering: str = "random",
@@ -600,14 +620,7 @@ def play_planner(
     many train searches before the first step and a tenth of them a step, ``Allowance``). Returns ``episode_scores`` with
     planning_seconds (the episode's planning: initial, repair and replanning), replans (trains replanned
     after leaving their plan or broken), planned (trains with a path at step 0)."""
-    if ordering not in ORDERINGS:
-        raise ValueError(f"ordering must be one of {', '.join(ORDERINGS)}, got {ordering!r}")
-    if not seconds > 0:
-        raise ValueError(f"the planning time must be positive, got {seconds}")
-    if not step_seconds > 0:
-        raise ValueError(f"the planning time per step must be positive, got {step_seconds}")
-    if searches is not None and searches < 10:
-        raise ValueError(f"the planning searches must be at least 10 (a tenth of them a step), got {searches}")
+    check_budget(ordering, seconds, step_seconds, searches)
     from ppoor.railway.track import deadlocked_trains
 
     start = time.perf_counter()

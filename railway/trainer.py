@@ -8,7 +8,9 @@ run may change. The algorithm itself (rollout, advantages, the PPO update) stays
 
 from __future__ import annotations
 
+import copy
 import math
+import random
 import sys
 from dataclasses import asdict
 
@@ -28,7 +30,7 @@ from ppoor.training.runs import (
     resume_settings,
     wandb_problem,
 )
-from ppoor.training.runtime import StopRequest
+from ppoor.training.runtime import StopRequest, keep_freed_memory
 
 VAL_SEED = 1_000_000  # validation maps: seeds VAL_SEED, VAL_SEED + 1, ...
 
@@ -306,6 +308,71 @@ def restore(ckpt: dict, policy: RailPolicy, optimizer, kept: dict, rng: np.rando
     kept.update(episodes=ckpt["episodes"], best=ckpt.get("best", kept["best"]))
     torch.set_rng_state(ckpt["rng"]["torch"])
     rng.bit_generator.state = ckpt["rng"]["numpy"]
+
+
+def seed_process(args) -> np.random.Generator:
+    """Seeds Python, numpy and torch with --seed, sets --threads and cudnn's determinism, keeps freed host
+    memory for reuse; returns the maps' generator."""
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    keep_freed_memory()
+    return np.random.default_rng(args.seed)
+
+
+def final_episodes(args) -> int:
+    """The episodes played after training (the release data, its thresholds' validation, the final
+    evaluation): --total-seconds keeps their estimated time in reserve so the whole run fits it."""
+    release = args.release_episodes + len(RELEASE_THRESHOLDS) * args.eval_episodes if args.release_episodes else 0
+    return args.eval_episodes + release
+
+
+def validate(policy: RailPolicy, args, run, best: dict) -> str:
+    """Validates the policy (``evaluate``), logs eval/ tags, keeps it in ``best`` (arrival_rate, iteration,
+    model) where it beats the best so far; returns the iteration line's text."""
+    result = evaluate(policy, args, run.stop)
+    for name, value in result.items():
+        run.log(f"eval/{name}", value)
+    if result["arrival_rate"] > best["arrival_rate"]:
+        best.update(arrival_rate=result["arrival_rate"], iteration=run.iteration,
+                    model=copy.deepcopy(policy.state_dict()))  # fmt: skip
+    return (f" eval/arrival_rate={result['arrival_rate']:.3f} eval/deadlock_rate={result['deadlock_rate']:.3f}"
+            f" eval/changed_decisions={result['changed_decisions']:.4f}")  # fmt: skip
+
+
+def validate_start(policy: RailPolicy, args, run, best: dict) -> None:
+    """A new run that starts from a policy of its own (imitated, residual or --init-from) validates it first:
+    it is kept unless training beats it."""
+    started = args.imitation_episodes or args.prior_weight or args.init_from
+    if started and args.eval_interval and not run.stop.requested:
+        result = evaluate(policy, args, run.stop)
+        best.update(arrival_rate=result["arrival_rate"], iteration=0, model=copy.deepcopy(policy.state_dict()))
+        print(f"start: validation arrival rate {result['arrival_rate']:.3f}", flush=True)
+
+
+def finish(run, policy: RailPolicy, optimizer, config: dict, rng: np.random.Generator, args, kept: dict) -> None:
+    """The end of a run: a stopped run's state; the best validated policy kept (--keep-best); the release
+    classifier learned (--release-episodes); the final checkpoint and evaluation."""
+    best = kept["best"]
+    if run.stop.requested:
+        run.stopped(run.save(training_state(policy, optimizer, config, rng, args, kept)))
+    if args.keep_best and best["model"] is not None:
+        policy.load_state_dict(best["model"])
+        print(f"kept the policy of iteration {best['iteration']} (validation arrival {best['arrival_rate']:.3f})")
+    if args.release_episodes:
+        kept.update(learn_release(policy, args, rng, run.stop))
+    path = run.save(training_state(policy, optimizer, config, rng, args, kept))
+    result = evaluate(policy, args, run.stop) if args.eval_episodes and not run.stop.requested else {}
+    if result:
+        print(f"final: {'sampled' if args.eval_sample else 'greedy'} policy on {args.eval_episodes} validation maps: "
+              f"arrival rate {result['arrival_rate']:.3f}, deadlock rate {result['deadlock_rate']:.3f}, normalized "
+              f"score {result['normalized_score']:.3f}; checkpoint {path}", flush=True)  # fmt: skip
+    else:
+        print(f"final checkpoint: {path}", flush=True)
+    run.close()
 
 
 def announce(run, args) -> None:

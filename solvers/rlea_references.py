@@ -85,6 +85,58 @@ def ortools_routes(instance: dict, families: list[str], seconds: float) -> Solut
     return None
 
 
+def add_time(routing, manager, instance: dict, fams: set[str], time_cb: int, service: list[int]) -> None:
+    """``solve_routing``'s time dimension: service then drive per arc (``time_cb``), the windows (the depot's
+    bounding departure and, unless the problem frees it, the return), the duration limit as each vehicle's
+    span, and the depot docks as cumulative resources over the dispatch and reception intervals."""
+    d, vehicles, starts = instance["distance"], instance["num_vehicles"], instance["vehicle_depots"]
+    n, depots, closed = len(d), set(instance["depots"]), "open" not in fams
+    windows = instance["time_windows"] if "time_windows" in fams else None
+    duration = instance.get("max_route_duration")
+    free_return = instance.get("depot_window") == "departure"
+    horizon = (max(w[1] for w in windows) if windows else 0) + sum(map(max, d)) + sum(service)
+    routing.AddDimension(time_cb, horizon if windows else 0, horizon, False, "time")
+    time = routing.GetDimensionOrDie("time")
+    for v in range(vehicles):
+        if duration is not None:  # the span: end minus a departure free within the window
+            time.SetSpanUpperBoundForVehicle(duration, v)
+        if windows:
+            time.CumulVar(routing.Start(v)).SetRange(*windows[starts[v]])
+            if closed and not free_return:
+                time.CumulVar(routing.End(v)).SetRange(*windows[starts[v]])
+        else:
+            time.CumulVar(routing.Start(v)).SetValue(0)
+    if windows:
+        for i in range(n):
+            if i not in depots:
+                time.CumulVar(manager.NodeToIndex(i)).SetRange(*windows[i])
+    if "depot_docks" in fams:  # every vehicle's dispatch and reception hold a dock (unused ones too)
+        solver = routing.solver()
+        for depot in depots:
+            based = [v for v in range(vehicles) if starts[v] == depot]
+            busy = [solver.FixedDurationIntervalVar(time.CumulVar(routing.Start(v)), instance["load_time"], "load")
+                    for v in based] + [
+                solver.FixedDurationIntervalVar(time.CumulVar(routing.End(v)), instance["unload_time"], "unload")
+                for v in based]  # fmt: skip
+            solver.Add(solver.Cumulative(busy, [1] * len(busy), instance["docks"], f"docks {depot}"))
+        for v in range(vehicles):  # the solution then holds one consistent departure and return
+            routing.AddVariableMinimizedByFinalizer(time.CumulVar(routing.Start(v)))
+            routing.AddVariableMinimizedByFinalizer(time.CumulVar(routing.End(v)))
+
+
+def read_routes(routing, manager, solution, starts: list[int], closed: bool) -> list[list[int]]:
+    """Each vehicle's route in ``solution`` as nodes from its depot (back to it when routes are closed); []
+    for an unused vehicle."""
+    routes = []
+    for v in range(len(starts)):
+        index, route = routing.Start(v), []
+        while not routing.IsEnd(index):
+            route.append(manager.IndexToNode(index))
+            index = solution.Value(routing.NextVar(index))
+        routes.append([] if len(route) == 1 else route + [starts[v]] if closed else route)
+    return routes
+
+
 def solve_routing(instance: dict, fams: set[str], seconds: float, strategy: str, optional: bool) -> Solution | None:
     """One OR-Tools solve with the first-solution ``strategy``; ``optional``: every customer may be
     left out at DROP_PENALTY (a solution that leaves one out is no solution, unless the problem
@@ -125,37 +177,7 @@ def solve_routing(instance: dict, fams: set[str], seconds: float, strategy: str,
     limit = instance["max_route_distance"] if "distance_limit" in fams else sum(map(sum, d))
     routing.AddDimension(distance_cb, 0, limit, True, "distance")
     if "time_windows" in fams or "service_time" in fams or "max_route_duration" in instance:
-        windows = instance["time_windows"] if "time_windows" in fams else None
-        duration = instance.get("max_route_duration")
-        free_return = instance.get("depot_window") == "departure"
-        horizon = (max(w[1] for w in windows) if windows else 0) + sum(map(max, d)) + sum(service)
-        routing.AddDimension(time_cb, horizon if windows else 0, horizon, False, "time")
-        time = routing.GetDimensionOrDie("time")
-        for v in range(vehicles):
-            if duration is not None:  # the span: end minus a departure free within the window
-                time.SetSpanUpperBoundForVehicle(duration, v)
-            if windows:
-                time.CumulVar(routing.Start(v)).SetRange(*windows[starts[v]])
-                if closed and not free_return:
-                    time.CumulVar(routing.End(v)).SetRange(*windows[starts[v]])
-            else:
-                time.CumulVar(routing.Start(v)).SetValue(0)
-        if windows:
-            for i in range(n):
-                if i not in depots:
-                    time.CumulVar(manager.NodeToIndex(i)).SetRange(*windows[i])
-        if "depot_docks" in fams:  # every vehicle's dispatch and reception hold a dock (unused ones too)
-            solver = routing.solver()
-            for depot in depots:
-                based = [v for v in range(vehicles) if starts[v] == depot]
-                busy = [solver.FixedDurationIntervalVar(time.CumulVar(routing.Start(v)), instance["load_time"], "load")
-                        for v in based] + [
-                    solver.FixedDurationIntervalVar(time.CumulVar(routing.End(v)), instance["unload_time"], "unload")
-                    for v in based]  # fmt: skip
-                solver.Add(solver.Cumulative(busy, [1] * len(busy), instance["docks"], f"docks {depot}"))
-            for v in range(vehicles):  # the solution then holds one consistent departure and return
-                routing.AddVariableMinimizedByFinalizer(time.CumulVar(routing.Start(v)))
-                routing.AddVariableMinimizedByFinalizer(time.CumulVar(routing.End(v)))
+        add_time(routing, manager, instance, fams, time_cb, service)
     if "pickup_delivery" in fams:
         order = routing.GetDimensionOrDie("distance")
         solver = routing.solver()
@@ -175,16 +197,7 @@ def solve_routing(instance: dict, fams: set[str], seconds: float, strategy: str,
     solution = routing.SolveWithParameters(params)
     if solution is None:
         return None
-    routes = []
-    for v in range(vehicles):
-        index, route = routing.Start(v), []
-        while not routing.IsEnd(index):
-            route.append(manager.IndexToNode(index))
-            index = solution.Value(routing.NextVar(index))
-        if len(route) == 1:
-            routes.append([])
-        else:
-            routes.append(route + [starts[v]] if closed else route)
+    routes = read_routes(routing, manager, solution, starts, closed)
     visited = {v for route in routes for v in route}
     if optional and "prize" not in fams and any(i not in visited for i in range(n) if i not in depots):
         return None

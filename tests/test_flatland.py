@@ -330,10 +330,9 @@ def test_a_run_validated_with_sampled_actions_keeps_and_releases_by_them(tmp_pat
     assert "(chosen with sampled actions, as the learned release plays)" in result.stdout
 
 
-def test_a_checkpoint_written_before_eval_sample_resumes_as_greedy(tiny_run, tmp_path):
-    """A training state whose arguments lack --eval-sample (written before it existed) resumes as a
-    greedy-validated run: --no-eval-sample given explicitly is accepted, --eval-sample refused in one
-    line that names the checkpoint's value."""
+def test_a_checkpoint_lacking_a_setting_is_refused_with_the_way_on(tiny_run, tmp_path):
+    """A training state whose arguments lack one of today's (--eval-sample: an older ppo-or's) is not
+    resumed with a guessed value: one line says to start from its weights with --init-from."""
     import torch
 
     ckpt = sorted((tiny_run / "ckpt").iterdir(), key=lambda p: int(p.stem))[-1]
@@ -342,14 +341,11 @@ def test_a_checkpoint_written_before_eval_sample_resumes_as_greedy(tiny_run, tmp
     old = tmp_path / "old.pt"
     torch.save(state, old)
     budget = str(state["global_step"] + 200)  # more than it did (another test may have resumed the run)
-    result = run("ppo_flatland.py", "--resume", str(old), "--eval-sample", "--total-timesteps", budget, cwd=tmp_path)
-    assert (
-        result.returncode != 0
-        and "--eval-sample cannot change when resuming (the checkpoint has False)" in result.stderr
+    result = run("ppo_flatland.py", "--resume", str(old), "--total-timesteps", budget, cwd=tmp_path)
+    assert result.returncode != 0 and result.stderr.strip().splitlines()[-1] == (
+        f"error: --resume: {old} was written by an older ppo_flatland.py without --eval-sample; start a new run "
+        f"from its weights with --init-from {old}"
     )
-    result = run("ppo_flatland.py", "--resume", str(old), "--no-eval-sample", "--total-timesteps", budget, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "final: greedy policy" in result.stdout
 
 
 def test_a_rule_that_fails_on_a_map_is_a_row_that_says_so():

@@ -19,7 +19,7 @@ from in_process import run_script
 from ppoor.envs import ENV_IDS, kool_dataset, standard_dataset
 from ppoor.models import Agent, compiler_problem, load_agent, read_checkpoint
 from ppoor.search import decode
-from ppoor.training import routing
+from ppoor.training import ppo, routing
 from ppoor.training.routing import stack_states
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -239,7 +239,6 @@ def test_training_learns_vrptw20(tmp_path):
 
 def test_gae_bootstraps_unfinished_episodes_and_stops_at_termination():
     """Against a direct sum: A_t = sum_k (gamma lambda)^k delta_{t+k}, cut at termination."""
-    from ppoor import ppo_or
 
     gamma, lam = 0.9, 0.8
     rewards = torch.tensor([[-1.0], [-2.0], [-3.0], [0.0]])[..., None]  # [T=4, M=1, N=1]
@@ -248,7 +247,7 @@ def test_gae_bootstraps_unfinished_episodes_and_stops_at_termination():
     finished = torch.tensor([[False], [False], [True], [True]])[..., None]  # terminated at step 2
     running = torch.zeros_like(finished)
     for dones, bootstrap in ((finished, False), (running, True)):
-        got = ppo_or.compute_gae(rewards, values, dones, next_value, gamma, lam)[:, 0, 0]
+        got = ppo.gae(rewards, values, dones, next_value, gamma, lam)[:, 0, 0]
         v = values[:, 0, 0].tolist() + [next_value.item()]
         r = rewards[:, 0, 0].tolist()
         last = 3 if bootstrap else 2

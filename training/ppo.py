@@ -1,4 +1,5 @@
-"""PPO's clipped objective, shared by every trainer (routing, railway decisions, railway priorities).
+"""PPO's clipped objective, shared by every trainer (routing, railway decisions, railway priorities), and
+generalized advantage estimation.
 
 The loss over the decisions of a minibatch: the clipped surrogate, the value loss (clipped or not)
 where there is a critic, and the entropy bonus, with the diagnostics CleanRL logs (approx-KL in its
@@ -11,8 +12,46 @@ averaged gradients are those of the global mean; the diagnostics are then summed
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from ppoor.training import parallel
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
+                gamma: float, lam: float) -> torch.Tensor:  # fmt: skip
+    """Generalized advantage estimation over a rollout: rewards, values, dones [T, M, N] (dones[t]:
+    the trajectory terminated at step t), next_value [M, N] (the critic after the last step).
+    Unfinished episodes are bootstrapped with next_value, not treated as terminal."""
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(next_value)
+    for t in reversed(range(len(rewards))):
+        nextvalues = next_value if t == len(rewards) - 1 else values[t + 1]
+        nextnonterminal = (~dones[t]).float()
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        lastgaelam = delta + gamma * lam * nextnonterminal * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages
+
+
+def gae_over_decisions(rewards, values, deciding, finished_after, last_values, gamma, lam) -> np.ndarray:
+    """GAE over each agent's own decisions, for T agents that decide at different steps (the railway's
+    trains) in B episodes of S steps. rewards, values [S, B, T] (rewards earned after each decision until
+    the agent's next one), deciding [S, B, T] bool, finished_after [S, B, T] bool (the agent's episode
+    ended before its next decision: no bootstrap), last_values [B, T] (the critic at the end, for agents
+    cut off by the step limit) -> advantages [S, B, T] (0 where no decision)."""
+    advantages = np.zeros_like(rewards)
+    steps, envs, trains = rewards.shape
+    for b in range(envs):
+        for t in range(trains):
+            idx = np.flatnonzero(deciding[:, b, t])
+            next_value, running = last_values[b, t], 0.0
+            for k in reversed(idx):
+                bootstrap = 0.0 if finished_after[k, b, t] else next_value
+                delta = rewards[k, b, t] + gamma * bootstrap - values[k, b, t]
+                running = delta + (0.0 if finished_after[k, b, t] else gamma * lam * running)
+                advantages[k, b, t] = running
+                next_value = values[k, b, t]
+    return advantages
 
 
 def ppo_loss(
