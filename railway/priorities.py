@@ -325,20 +325,10 @@ def check_args(args) -> None:
 
 
 def resolve_args(args, given: set[str] | None = None) -> tuple:
-    """``ppo_priorities.py``'s settings it can trust (a resumed run's own; ``given``: the fields given on the
-    command line) and the checkpoint resumed from; exits with one line naming the argument otherwise."""
-    import sys
+    """``ppo_priorities.py``'s settings it can trust and the checkpoint resumed from (``trainer.resolve_args``)."""
+    from ppoor.railway import trainer
 
-    from ppoor.railway.trainer import RESUME_OVERRIDES
-    from ppoor.training.runs import resume_settings, wandb_problem
-
-    ckpt = None
-    if args.resume:
-        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, "ppo_priorities.py")
-    check_args(args)
-    if args.track and (problem := wandb_problem()):
-        sys.exit(f"error: --track: {problem}")
-    return args, ckpt
+    return trainer.resolve_args(args, given, "ppo_priorities.py", check_args)
 
 
 def training_state(policy: PriorityPolicy, optimizer, rng: np.random.Generator, args) -> dict:

@@ -289,13 +289,15 @@ def initial_policy(args) -> dict:
     return ckpt["model"]
 
 
-def resolve_args(args, given: set[str] | None = None) -> tuple:
+def resolve_args(args, given: set[str] | None = None, script: str = "ppo_flatland.py", check=None) -> tuple:
     """The settings ``main`` can trust (a resumed run's own; ``given``: the fields given on the command
-    line) and the checkpoint resumed from; exits with one line naming the argument otherwise."""
+    line) and the checkpoint resumed from; exits with one line naming the argument otherwise. ``script``
+    and ``check``: the railway trainer's name and its arguments' check (``check_args`` by default;
+    ``priorities.check_args`` for ppo_priorities.py)."""
     ckpt = None
     if args.resume:
-        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, "ppo_flatland.py")
-    check_args(args)
+        args, ckpt = resume_settings(args, given or set(), RESUME_OVERRIDES, script)
+    (check or check_args)(args)
     if args.track and (problem := wandb_problem()):
         sys.exit(f"error: --track: {problem}")
     return args, ckpt
