@@ -75,20 +75,18 @@ class Args:
     """N: trajectories per instance; None: one per start node with --multi-start, else 50"""
     multi_start: bool = True
     """start the N trajectories from N distinct first nodes (POMO); a random subset when N is below their number"""
-    train_start: bool = True
-    """with --multi-start, train the first-node choice too (greedy decoding uses it)"""
     baseline: Literal["critic", "shared"] = "shared"
     """shared: each trajectory's return minus its instance's mean (POMO, no critic); critic: GAE on a learned value"""
     train_augment: int = 8
     """K (1..8): roll each drawn instance out in K symmetric copies sharing one baseline; --num-envs counts the copies"""
     num_steps: int | None = None
-    """steps per rollout; None: the longest episode (n + 1 for TSP, 2n for CVRP)"""
+    """critic baseline: steps per rollout; None: the longest episode (n + 1 for TSP, 2n for CVRP)"""
     anneal_lr: bool = True
     """toggle learning rate annealing"""
     gamma: float = 0.99
-    """the discount factor gamma"""
+    """critic baseline: the discount factor gamma"""
     gae_lambda: float = 0.95
-    """the lambda for the general advantage estimation"""
+    """critic baseline: the lambda for the general advantage estimation"""
     minibatch_size: int = 32
     """instances per PPO minibatch (copies included), one optimizer step each; at or above --num-envs: the whole rollout"""
     update_chunk: int | None = None
@@ -100,11 +98,11 @@ class Args:
     clip_coef: float = 0.2
     """the surrogate clipping coefficient"""
     clip_vloss: bool = True
-    """toggles whether or not to use a clipped loss for the value function, as per the paper"""
+    """critic baseline: toggles whether or not to use a clipped loss for the value function, as per the paper"""
     ent_coef: float = 0.0
     """coefficient of the entropy bonus"""
     vf_coef: float = 0.5
-    """coefficient of the value function"""
+    """critic baseline: coefficient of the value function"""
     max_grad_norm: float = 0.5
     """the maximum norm for the gradient clipping"""
     warmup_steps: int = 100
@@ -257,7 +255,7 @@ def rollout(
                 rewards.append(wrapper.tensor(reward))
                 dones.append(wrapper.tensor(terminations))
             live = wrapper.tensor(running)
-            alive.append(live & args.train_start if forced else live)
+            alive.append(live)
             if args.multi_start:
                 weights.append(len(start_actions) * logprob.float().exp() if forced else torch.ones_like(logprob))
         batch = {"actions": torch.stack(actions), "logprobs": torch.stack(logprobs), "alive": torch.stack(alive)}

@@ -162,6 +162,8 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes(tmp_path, signum):
         (["--train-augment", "9"], "--train-augment must be between 1 and 8"),
         (["--n-traj", "1", "--train-augment", "1"], "--baseline shared needs at least 2 trajectories per instance"),
         (["--num-nodes", "6", "--num-steps", "3"], "--baseline shared needs whole episodes in a rollout"),
+        (["--gamma", "0.9", "--vf-coef", "1"], "--gamma, --vf-coef belong to the critic baseline (--preset rlor"),
+        (["--num-nodes", "6", "--num-steps", "50"], "--num-steps belongs to the critic baseline"),
         (["--total-seconds", "0"], "--total-seconds must be a finite number of at least 0.001"),
         (["--total-seconds", "inf"], "--total-seconds must be a finite number"),
         (["--total-seconds", "nan"], "--total-seconds must be a finite number"),
@@ -302,7 +304,8 @@ def test_shared_advantages_against_instance_means():
 def test_training_the_start_choice_moves_it_to_the_best_start():
     """With --multi-start, the forced first step enters the policy loss weighted by S x its old
     probability; 60 updates on fixed data where start 3 has the best return make it the greedy
-    first node, and without --train-start the first-node policy does not move at all."""
+    first node, and with the first step left out of the loss (not alive) the first-node policy does not
+    move at all."""
     from ppoor import ppo_or
     from ppoor.envs import TSPVectorEnv
     from ppoor.models import StateWrapper
@@ -322,7 +325,7 @@ def test_training_the_start_choice_moves_it_to_the_best_start():
         torch.manual_seed(0)
         agent = Agent("tsp")
         optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
-        args = ppo_or.Args(num_envs=4, n_traj=6, num_nodes=6, train_start=train_start)
+        args = ppo_or.Args(num_envs=4, n_traj=6, num_nodes=6)
         actions = routing.first_nodes(torch.arange(6), 4, 6)
         with torch.no_grad():
             _, logprob, _, _ = agent.get_action_and_value(state, actions, with_value=False)

@@ -23,6 +23,7 @@ from ppoor.training.runs import (
     check_numbers,
     exp_name_problem,
     fail,
+    flag,
     parse_with_presets,
     resume_settings,
     wandb_problem,
@@ -67,6 +68,9 @@ RESUME_OVERRIDES = (
 )  # fmt: skip
 """The fields a resumed run may change; any other field given with --resume must equal the checkpoint's."""
 
+
+CRITIC_ONLY = ("gamma", "gae_lambda", "clip_vloss", "vf_coef", "num_steps")
+"""The fields only the critic baseline reads (GAE, the value loss, rollouts shorter than an episode)."""
 
 PRESETS = {"ppo-or": {}, "rlor": RLOR, "variants": VARIANTS}
 """Each preset's name and the fields it sets over the ``Args`` defaults (``ppo-or`` sets none); ``--preset``
@@ -180,6 +184,10 @@ def resolve_args(args, given: set[str] | None = None) -> tuple:
             f"--baseline shared needs whole episodes in a rollout: --num-steps {args.num_steps} is below the "
             f"{sizes.max_episode_steps} steps an episode may take (drop --num-steps or use --baseline critic)"
         )
+    elif args.baseline == "shared" and (idle := [name for name in CRITIC_ONLY if name in (given or set())]):
+        problems.append(f"{', '.join(map(flag, idle))} {'belongs' if len(idle) == 1 else 'belong'} to the critic "
+                        "baseline (--preset rlor or --baseline critic); the shared baseline has no value function, "
+                        "discount or truncated rollouts")  # fmt: skip
     fail(problems)
     init = (
         initial_weights(args.init_from, ENV_IDS[args.env_id], args.encoder)
