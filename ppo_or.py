@@ -25,7 +25,7 @@ import torch
 from ppoor.envs import ENV_IDS
 from ppoor.models import Agent, Cache, StateWrapper, compile_step
 from ppoor.models.distributed_norm import freeze_statistics
-from ppoor.search import allowed_starts, forced_actions
+from ppoor.search import allowed_starts, only_actions
 from ppoor.training import options, parallel, ppo, routing
 from ppoor.training.runs import Run
 
@@ -229,18 +229,18 @@ def rollout(
             if not running.any():
                 break
             env_steps += 1
-            no_choice = None if critic else forced_actions(obs["action_mask"])
+            no_choice = None if critic else only_actions(obs["action_mask"])
             if no_choice is not None:  # nothing to learn (TSP's last two steps): only its reward counts
                 obs, reward, _, _, _ = envs.step(no_choice)
                 episode["return"] += reward
                 episode["length"] += running
                 continue
             state = wrapper.state(static, obs)
-            forced = args.multi_start and env.steps == 0
-            first = routing.first_nodes(start_actions, args.num_envs, args.n_traj) if forced else None
+            starting = args.multi_start and env.steps == 0  # the first step: forced to the chosen starts
+            first = routing.first_nodes(start_actions, args.num_envs, args.n_traj) if starting else None
             action, logprob, _, value = agent.get_action_and_value(
                 state,
-                allowed_starts(first, state["action_mask"]) if forced else None,
+                allowed_starts(first, state["action_mask"]) if starting else None,
                 cache=cache,
                 with_value=critic,
             )
@@ -257,7 +257,7 @@ def rollout(
             live = wrapper.tensor(running)
             alive.append(live)
             if args.multi_start:
-                weights.append(len(start_actions) * logprob.float().exp() if forced else torch.ones_like(logprob))
+                weights.append(len(start_actions) * logprob.float().exp() if starting else torch.ones_like(logprob))
         batch = {"actions": torch.stack(actions), "logprobs": torch.stack(logprobs), "alive": torch.stack(alive)}
         if args.multi_start:
             batch["weights"] = torch.stack(weights) * batch["alive"]

@@ -55,7 +55,7 @@ FAMILIES = {
 """The paper's nine constraint families, and DRoC's depot loading docks (its "RC"), with their short
 codes (in problem names)."""
 
-VARIANTS = [
+FAMILY_SETS = [
     ["tsp"], ["tsp", "time_windows"], ["tsp", "prize"],
     *[f.split() for f in (
         "capacity", "open", "distance_limit", "capacity open", "capacity distance_limit", "capacity service_time",
@@ -665,7 +665,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     only = set(filter(None, args.only.split(",")))
-    for index, families in enumerate(VARIANTS):
+    for index, families in enumerate(FAMILY_SETS):
         name = problem_name(families)
         if only and name not in only:
             continue

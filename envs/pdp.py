@@ -18,14 +18,14 @@ from ppoor.envs.instances import STATIC_KEYS as INSTANCE_KEYS
 from ppoor.envs.instances import check_arrays, read_arrays
 
 STATIC_KEYS = INSTANCE_KEYS["pdp"]
-VARIANTS = ("pdp", "cpdp")
+PDP_VARIANTS = ("pdp", "cpdp")
 CAPACITY = 20.0  # cpdp: loads 1..9 over a capacity of 20, about four pairs on board at once
 LOAD_TOLERANCE = 1e-5
 
 
 def check_pdp_variant(variant: str) -> str:
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    if variant not in PDP_VARIANTS:
+        raise ValueError(f"variant must be one of {PDP_VARIANTS}, got {variant!r}")
     return variant
 
 

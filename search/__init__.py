@@ -10,7 +10,7 @@ from ppoor.search.decoding import (
     allowed_starts,
     augment,
     decode,
-    forced_actions,
+    only_actions,
     rollout,
 )
 
@@ -22,7 +22,7 @@ __all__ = [
     "allowed_starts",
     "augment",
     "decode",
-    "forced_actions",
+    "only_actions",
     "rollout",
     "tour_length",
     "validate_tour",

@@ -151,7 +151,7 @@ def augment(instances: dict, copies: int) -> dict:
     return out
 
 
-def forced_actions(mask: np.ndarray) -> np.ndarray | None:
+def only_actions(mask: np.ndarray) -> np.ndarray | None:
     """The actions [M, N] of a step where every trajectory has a single allowed action (mask
     [M, N, A]; TSP's last two steps), else None. One trajectory is tested first, which is cheap."""
     if mask[0, 0].sum() == 1 and (mask.sum(-1) == 1).all():
@@ -235,8 +235,8 @@ def rollout(
         if num_starts == len(env.start_actions) and not actions:
             starts = torch.as_tensor(env.start_actions).expand(num_envs, n_traj)
             action = allowed_starts(starts, torch.from_numpy(mask)).numpy()
-        elif (forced := forced_actions(mask)) is not None:
-            action = forced
+        elif (only := only_actions(mask)) is not None:
+            action = only
         else:
             state = wrapper.state(static, obs)
             logits, _ = agent(agent.encode(static) if reencode else cache, state, with_value=False)
@@ -289,8 +289,8 @@ def beam_rollout(
         if first and num_starts == len(env.start_actions):
             starts = torch.as_tensor(env.start_actions).repeat_interleave(width).expand(num_envs, n_traj)
             action = allowed_starts(starts, torch.from_numpy(mask)).numpy()
-        elif (forced := forced_actions(mask)) is not None:
-            action = forced
+        elif (only := only_actions(mask)) is not None:
+            action = only
         else:
             state = wrapper.state(static, obs)
             logits, _ = agent(cache, state, with_value=False)

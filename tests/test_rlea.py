@@ -25,7 +25,7 @@ from ppoor.codegen import guard
 from ppoor.codegen.benchmark import (
     FAMILIES,
     FAMILY_KEYS,
-    VARIANTS,
+    FAMILY_SETS,
     judged_instances,
     load_problems,
     relabelled,
@@ -67,7 +67,7 @@ HAS_LOCAL_MODEL = importlib.util.find_spec("xllamacpp") is not None and all(
 # --- the benchmark -------------------------------------------------------------------------------
 
 def test_the_benchmark_has_every_variant_with_both_splits():
-    assert len(PROBLEMS) == len(VARIANTS) >= 48
+    assert len(PROBLEMS) == len(FAMILY_SETS) >= 48
     splits = [p["split"] for p in PROBLEMS.values()]
     assert splits.count("test") >= 16 and splits.count("train") >= 32
     families = set(itertools.chain.from_iterable(p["families"] for p in PROBLEMS.values()))

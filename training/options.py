@@ -36,7 +36,7 @@ RLOR = dict(
 )  # fmt: skip
 """The ``rlor`` preset: the paper's settings (sampled first node, critic and GAE, 50 trajectories)."""
 
-VARIANTS = dict(preset="variants", encoder="transformer", num_envs=64, minibatch_size=64, train_augment=1)
+VARIANTS_PRESET = dict(preset="variants", encoder="transformer", num_envs=64, minibatch_size=64, train_augment=1)
 """The ``variants`` preset: the VRP variants on a CPU (RouteFinder's transformer encoder, 64 distinct
 instances per rollout, so that each rollout mixes many variants, in one minibatch per epoch, which keeps
 a small rollout from relapsing)."""
@@ -72,7 +72,7 @@ RESUME_OVERRIDES = (
 CRITIC_ONLY = ("gamma", "gae_lambda", "clip_vloss", "vf_coef", "num_steps")
 """The fields only the critic baseline reads (GAE, the value loss, rollouts shorter than an episode)."""
 
-PRESETS = {"ppo-or": {}, "rlor": RLOR, "variants": VARIANTS}
+PRESETS = {"ppo-or": {}, "rlor": RLOR, "variants": VARIANTS_PRESET}
 """Each preset's name and the fields it sets over the ``Args`` defaults (``ppo-or`` sets none); ``--preset``
 chooses among these names."""
 
