@@ -40,8 +40,6 @@ class Args:
     """the name of this experiment"""
     seed: int = 1
     """seed of the experiment (torch, numpy and the maps)"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
     threads: int = 1
     """torch CPU threads (0 = torch's default); the simulator is single-threaded Python"""
     track: bool = False

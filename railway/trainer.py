@@ -313,12 +313,11 @@ def restore(ckpt: dict, policy: RailPolicy, optimizer, kept: dict, rng: np.rando
 
 
 def seed_process(args) -> np.random.Generator:
-    """Seeds Python, numpy and torch with --seed, sets --threads and cudnn's determinism, keeps freed host
-    memory for reuse; returns the maps' generator."""
+    """Seeds Python, numpy and torch with --seed, sets --threads, keeps freed host memory for reuse; returns
+    the maps' generator."""
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.threads:
         torch.set_num_threads(args.threads)
     keep_freed_memory()
