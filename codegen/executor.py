@@ -46,15 +46,20 @@ def shape_of(value) -> str:
     return type(value).__name__
 
 
+IMPORTS = "from ortools.constraint_solver import pywrapcp, routing_enums_pb2"
+"""The program's first line, part of the contract (a model left it out, taking the system prompt's mention as given)."""
+
+
 def contract(problem: dict) -> str:
-    """The problem's ``solve`` signature with the keys of its instance stated in the docstring, so
-    that a program reads the data it is given instead of guessing key names."""
+    """The program to write: its imports, then the problem's ``solve`` signature with the keys of its
+    instance stated in the docstring, so that a program reads the data it is given instead of guessing
+    key names."""
     keys = "; ".join(f"instance[{k!r}]: {shape_of(v)}" for k, v in problem["instance"].items())
     line = f"The instance has exactly these keys: {keys}."
     if problem["signature"].count('"""') < 2:  # no docstring to hold it
-        return f"{problem['signature']}\n# {line}".lstrip()
+        return f"{IMPORTS}\n\n{problem['signature']}\n# {line}"
     head, close = problem["signature"].rsplit('"""', 1)
-    return f'{head.rstrip()}\n\n    {line}\n    """{close}'
+    return f'{IMPORTS}\n\n{head.rstrip()}\n\n    {line}\n    """{close}'
 
 
 def reward(valid: bool, ran: bool, gap: float | None) -> float:

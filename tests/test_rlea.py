@@ -516,7 +516,8 @@ def test_the_contract_states_every_key_and_stays_python(name):
     for key, value in problem["instance"].items():
         assert f"instance[{key!r}]: {'list' if isinstance(value, list) else type(value).__name__}" in text
     tree = ast.parse(text + "\n    return 0.0, []")
-    assert isinstance(tree.body[0], ast.FunctionDef) and "exactly these keys" in ast.get_docstring(tree.body[0])
+    assert isinstance(tree.body[0], ast.ImportFrom) and {a.name for a in tree.body[0].names} == {"pywrapcp", "routing_enums_pb2"}
+    assert isinstance(tree.body[1], ast.FunctionDef) and "exactly these keys" in ast.get_docstring(tree.body[1])
 
 # --- reward, planner ------------------------------------------------------------------------------
 
