@@ -730,7 +730,8 @@ def test_a_real_run_with_the_local_model_trains_and_its_planner_evaluates(tmp_pa
     folder = tmp_path / "problems"
     folder.mkdir()
     (folder / "vrp-c.json").write_text(json.dumps(PROBLEMS["vrp-c"]))
-    common = ["--problems", str(folder), "--split", "all", "--t-max", "1", "--max-tokens", "16", "--embedder", "hashing"]
+    common = ["--problems", str(folder), "--split", "all", "--t-max", "1", "--max-tokens", "16", "--embedder", "hashing",
+              "--llm-threads", "2"]  # the prompts' contract is long: both cores read it  # fmt: skip
     first = script("rlea.py", *common, "--episodes", "1", "--exp-name", f"test_rlea_{os.getpid()}")
     assert first.returncode == 0, first.stderr[-2000:]
     run_dir = first.stdout.split("run: ", 1)[1].split(" (", 1)[0]
