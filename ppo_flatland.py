@@ -29,6 +29,7 @@ from ppoor.railway.policy import POLICY_INPUTS, RailPolicy, mask_logits
 from ppoor.railway.tree import observe
 from ppoor.training import ppo
 from ppoor.training.runs import Run, given_fields
+from ppoor.training.runtime import seed_process
 
 
 @dataclass
@@ -273,7 +274,8 @@ def main(args: Args, given: set[str] | None = None) -> None:
     args, ckpt = trainer.resolve_args(args, given)
     initial = trainer.initial_policy(args) if args.init_from and not ckpt else None  # fails in one line before any writing
 
-    rng = trainer.seed_process(args)  # the maps' generator
+    seed_process(args.seed, args.threads)
+    rng = np.random.default_rng(args.seed)  # the maps' generator
 
     # env setup: one simulator per map, each playing one episode per iteration
     envs = [trainer.make_env(args) for _ in range(args.num_envs)]

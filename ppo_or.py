@@ -28,6 +28,7 @@ from ppoor.models.distributed_norm import freeze_statistics
 from ppoor.search import allowed_starts, only_actions
 from ppoor.training import options, parallel, ppo, routing
 from ppoor.training.runs import Run
+from ppoor.training.runtime import seed_process
 
 
 @dataclass
@@ -321,7 +322,7 @@ def main(args: Args, given: set[str] | None = None) -> None:
     routing.check_processes(args, ckpt, world_size)
     chunk = routing.update_chunk(args, sizes, device)  # exits with one line if the run cannot fit in memory
 
-    routing.seed_process(args, rank)  # the same initial weights everywhere, then a stream of its own per process
+    seed_process(args.seed, args.threads, rank, args.torch_deterministic)  # the same initial weights everywhere
 
     # env setup: each process steps num_envs instances of its own
     envs = gym.make_vec(args.env_id, vectorization_mode="vector_entry_point", **routing.env_options(args))

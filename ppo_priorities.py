@@ -14,7 +14,6 @@ its map's orders (a shared baseline, no critic); each of its picks is a PPO deci
 """
 
 import os
-import random
 import sys
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from ppoor.railway import priorities
 from ppoor.railway.priorities import PriorityPolicy, train_features
 from ppoor.training import ppo
 from ppoor.training.runs import Run, given_fields
+from ppoor.training.runtime import seed_process
 
 
 @dataclass
@@ -100,10 +100,7 @@ class Args:
 def main(args: Args, given: set[str] | None = None) -> None:
     """Trains; ``given``: the fields given on the command line (``training.runs.given_fields``)."""
     args, ckpt = priorities.resolve_args(args, given)
-    random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    seed_process(args.seed, args.threads)
     rng = np.random.default_rng(args.seed)
     policy = PriorityPolicy(hidden=args.hidden)
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate, eps=1e-5)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 import sys
 from dataclasses import asdict
 
@@ -30,7 +29,7 @@ from ppoor.training.runs import (
     resume_settings,
     wandb_problem,
 )
-from ppoor.training.runtime import StopRequest, keep_freed_memory
+from ppoor.training.runtime import StopRequest
 
 VAL_SEED = 1_000_000  # validation maps: seeds VAL_SEED, VAL_SEED + 1, ...
 
@@ -310,18 +309,6 @@ def restore(ckpt: dict, policy: RailPolicy, optimizer, kept: dict, rng: np.rando
     kept.update(episodes=ckpt["episodes"], best=ckpt.get("best", kept["best"]))
     torch.set_rng_state(ckpt["rng"]["torch"])
     rng.bit_generator.state = ckpt["rng"]["numpy"]
-
-
-def seed_process(args) -> np.random.Generator:
-    """Seeds Python, numpy and torch with --seed, sets --threads, keeps freed host memory for reuse; returns
-    the maps' generator."""
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    keep_freed_memory()
-    return np.random.default_rng(args.seed)
 
 
 def final_episodes(args) -> int:

@@ -28,7 +28,7 @@ from ppoor.data.datasets import STANDARD_SETS, DataError, Dataset, check_referen
 from ppoor.envs import ENV_IDS, ENV_VARIANTS
 from ppoor.envs.vrp import MIXES, VARIANTS
 from ppoor.models import compile_step, latest_checkpoint, load_agent
-from ppoor.search.decoding import MULTI_START, Decoding, trajectories
+from ppoor.search.decoding import MULTI_START, Decoding, trajectories, whole
 from ppoor.search.decoding import decode as decode_instances
 from ppoor.solvers.references import SOLVERS, solve_reference
 from ppoor.training.runs import memory_problem
@@ -170,9 +170,7 @@ class Model:
     def check_options(self, num_instances, num_nodes, variant, reference_solver: str | None) -> None:
         """What can be checked before the data are read."""
         for name, value, low in (("num_instances", num_instances, 1), ("num_nodes", num_nodes, 2)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low
-            ):
+            if value is not None and not whole(value, low):
                 raise ValueError(f"{name} must be a whole number of at least {low}, got {value!r}")
         variants = variants_of(self.problem)
         if variant is not None and variant not in variants:

@@ -17,8 +17,8 @@ import torch
 from ppoor.training import parallel
 
 
-def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
-                gamma: float, lam: float) -> torch.Tensor:  # fmt: skip
+def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor, gamma: float,
+        lam: float) -> torch.Tensor:  # fmt: skip
     """Generalized advantage estimation over a rollout: rewards, values, dones [T, M, N] (dones[t]:
     the trajectory terminated at step t), next_value [M, N] (the critic after the last step).
     Unfinished episodes are bootstrapped with next_value, not treated as terminal."""

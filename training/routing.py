@@ -11,7 +11,6 @@ Shapes: M instances, N trajectories, T stored steps, A actions.
 from __future__ import annotations
 
 import math
-import random
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -27,20 +26,6 @@ from ppoor.solvers.references import kool_references
 from ppoor.training import ppo
 from ppoor.training.parallel import all_sum, gather
 from ppoor.training.runs import Run, available_memory, memory_problem
-from ppoor.training.runtime import keep_freed_memory
-
-
-def seed_process(args, rank: int) -> None:
-    """Seeds this process: torch with --seed (the same initial weights in every process; reseeded with
-    --seed + rank once the model is built), Python's and numpy's with --seed + rank; sets --threads and
-    cudnn's determinism, and keeps freed host memory for reuse (``runtime.keep_freed_memory``)."""
-    random.seed(args.seed + rank)
-    np.random.seed(args.seed + rank)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    keep_freed_memory()
 
 
 def initial_weights(source: str, problem: str, encoder: str = "am") -> dict:

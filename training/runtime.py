@@ -1,16 +1,32 @@
-"""Process settings of a run: the CPU allocator, and stopping on a signal."""
+"""Process settings of a run: seeding, the CPU allocator, and stopping on a signal."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import random
 import signal
 import sys
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3  # glibc's mallopt parameters
+
+
+def seed_process(seed: int, threads: int | None, rank: int = 0, cudnn_deterministic: bool = False) -> None:
+    """Seeds a trainer's process: torch with ``seed`` (the same initial weights in every data-parallel
+    process; a trainer reseeds it with seed + rank once its model is built), Python's and numpy's with
+    seed + ``rank``; sets torch's CPU ``threads`` (None or 0: torch's own choice) and cudnn's determinism,
+    and keeps freed host memory for reuse (``keep_freed_memory``)."""
+    random.seed(seed + rank)
+    np.random.seed(seed + rank)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = cudnn_deterministic
+    if threads:
+        torch.set_num_threads(threads)
+    keep_freed_memory()
 
 
 def keep_freed_memory() -> bool:
